@@ -1,0 +1,235 @@
+//! What the ledger answers: the outcome of `begin` and of the steps after it.
+
+use crate::model::{ArgsDigest, DownstreamKey, ExecutionId, ExecutionRecord, ToolCall};
+
+/// One call to begin: the neutral call plus what the app's tool registry
+/// knows about the tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallSpec {
+    /// The call as the model asked for it.
+    pub call: ToolCall,
+    /// The tool's version (part of the identity and of the digest).
+    pub tool_version: u32,
+    /// Whether a human must approve these exact arguments first.
+    pub requires_approval: bool,
+}
+
+impl CallSpec {
+    /// A spec for a call that needs no approval.
+    pub fn new(call: ToolCall, tool_version: u32) -> CallSpec {
+        CallSpec {
+            call,
+            tool_version,
+            requires_approval: false,
+        }
+    }
+
+    /// The same spec, requiring approval.
+    pub fn with_approval(mut self) -> CallSpec {
+        self.requires_approval = true;
+        self
+    }
+}
+
+/// Permission to run one attempt: the record is durably `executing`, owned by
+/// this session, before this value exists.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Ticket {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The key to send downstream (the same on every attempt).
+    pub downstream_key: DownstreamKey,
+    /// This attempt's number, from 1.
+    pub attempt: u32,
+    /// Tool name.
+    pub tool_name: String,
+    /// Tool version.
+    pub tool_version: u32,
+    /// Canonical arguments.
+    pub args_json: String,
+    /// Their digest.
+    pub args_digest: ArgsDigest,
+    /// An external id already known from an earlier attempt.
+    pub external_id: Option<String>,
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticket")
+            .field("execution_id", &self.execution_id)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ticket {
+    pub(crate) fn from_record(rec: &ExecutionRecord) -> Ticket {
+        Ticket {
+            execution_id: rec.execution_id.clone(),
+            downstream_key: rec.downstream_key.clone(),
+            attempt: rec.attempt_count,
+            tool_name: rec.tool_name.clone(),
+            tool_version: rec.tool_version,
+            args_json: rec.args_json.clone(),
+            args_digest: rec.args_digest.clone(),
+            external_id: rec.external_id.clone(),
+        }
+    }
+}
+
+/// A committed result as stored: handed to the model, again and again.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoredResult {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The result JSON, byte for byte as committed.
+    pub result_json: String,
+    /// The downstream's id for the effect, if any.
+    pub external_id: Option<String>,
+}
+
+impl std::fmt::Debug for StoredResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredResult")
+            .field("execution_id", &self.execution_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an approver must see: the tool and the exact arguments, by digest.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApprovalRequest {
+    /// The execution waiting for approval.
+    pub execution_id: ExecutionId,
+    /// Tool name.
+    pub tool_name: String,
+    /// Canonical arguments (for the app's preview; never logged).
+    pub args_json: String,
+    /// The digest an approval must name.
+    pub args_digest: ArgsDigest,
+}
+
+impl std::fmt::Debug for ApprovalRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApprovalRequest")
+            .field("execution_id", &self.execution_id)
+            .field("tool_name", &self.tool_name)
+            .field("args_digest", &self.args_digest)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The answer of `begin`: what the caller must do with this call now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "the answer says whether to run the tool; ignoring it loses that"]
+pub enum Begin {
+    /// Run the tool now with the ticket's downstream key.
+    Execute(Ticket),
+    /// Ask a human; nothing runs until `approve` names this digest.
+    NeedsApproval(ApprovalRequest),
+    /// Already committed: hand this stored result to the model. Never run.
+    Replay(StoredResult),
+    /// The id is known with different arguments. Never run.
+    Conflict {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// Digest of the recorded arguments.
+        stored_digest: ArgsDigest,
+        /// Digest of the arguments just offered.
+        new_digest: ArgsDigest,
+    },
+    /// A live session is running it right now.
+    InFlight {
+        /// The execution.
+        execution_id: ExecutionId,
+    },
+    /// The outcome is unknown: reconcile (lookup) before anything else.
+    Reconcile(Ticket),
+    /// It failed before committing and may not be retried.
+    Failed {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// The recorded reason.
+        reason: String,
+    },
+    /// A human rejected it.
+    Rejected {
+        /// The execution.
+        execution_id: ExecutionId,
+    },
+    /// It (or its operation) was cancelled before committing.
+    Cancelled {
+        /// The execution.
+        execution_id: ExecutionId,
+    },
+}
+
+impl Begin {
+    /// The execution this answer is about.
+    pub fn execution_id(&self) -> &ExecutionId {
+        match self {
+            Begin::Execute(t) | Begin::Reconcile(t) => &t.execution_id,
+            Begin::NeedsApproval(a) => &a.execution_id,
+            Begin::Replay(r) => &r.execution_id,
+            Begin::Conflict { execution_id, .. }
+            | Begin::InFlight { execution_id }
+            | Begin::Failed { execution_id, .. }
+            | Begin::Rejected { execution_id }
+            | Begin::Cancelled { execution_id } => execution_id,
+        }
+    }
+}
+
+/// How the app (or the executor's lookup) resolved an unknown outcome.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// The effect exists downstream: commit this result.
+    Found {
+        /// The result to store and hand to the model.
+        result_json: String,
+        /// The downstream's id for it.
+        external_id: Option<String>,
+    },
+    /// Provably absent downstream: run again under the same key.
+    NotFoundRetry,
+    /// Provably absent, and no retry is wanted.
+    NotFoundAbandon {
+        /// Why (no argument values).
+        reason: String,
+    },
+}
+
+impl std::fmt::Debug for Resolution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Resolution::Found { .. } => f.write_str("Found"),
+            Resolution::NotFoundRetry => f.write_str("NotFoundRetry"),
+            Resolution::NotFoundAbandon { reason } => write!(f, "NotFoundAbandon({reason})"),
+        }
+    }
+}
+
+/// What `resolve_unknown` led to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a retry ticket must be executed"]
+pub enum Resolved {
+    /// Committed with the found result.
+    Committed(StoredResult),
+    /// Back to `executing` for the next attempt under the same key.
+    Retry(Ticket),
+    /// Recorded as failed before commit.
+    Failed,
+}
+
+/// What `cancel` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// Cancelled; it never ran (or provably never committed).
+    Cancelled,
+    /// Too late: it committed. The effect stands; compensate to undo it.
+    AlreadyCommitted,
+    /// It may be running or its outcome is unknown: nothing was changed.
+    NotCancellable,
+    /// It was already rejected or cancelled.
+    AlreadyFinal,
+}

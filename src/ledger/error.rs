@@ -1,0 +1,72 @@
+//! Ledger errors: the domain refusals plus the storage and input failures
+//! below them. No message carries argument or result values.
+
+use crate::model::{
+    ArgsDigest, ExecutionId, ExecutionStatus, IdError, InvalidTransition, JsonError, Transition,
+};
+use crate::store;
+
+/// A ledger operation failed; nothing it would have written was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Storage failed (disk full, locked, corrupt, newer schema …).
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    /// The arguments or a result are not acceptable JSON.
+    #[error("invalid JSON: {0}")]
+    Json(#[from] JsonError),
+    /// An identifier is empty, too long or malformed.
+    #[error("invalid identifier: {0}")]
+    Id(#[from] IdError),
+    /// No execution has this id.
+    #[error("no execution {0}")]
+    NotFound(ExecutionId),
+    /// The execution is not in a status that allows this move.
+    #[error("execution {execution_id}: {transition:?} is not allowed from {from}")]
+    InvalidTransition {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// Its current status.
+        from: ExecutionStatus,
+        /// The refused move.
+        transition: Transition,
+    },
+    /// An approval (or other digest-bound step) named different arguments
+    /// than the ones recorded.
+    #[error("execution {execution_id}: digest {given} does not match the recorded {stored}")]
+    DigestMismatch {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// Digest of the recorded arguments.
+        stored: ArgsDigest,
+        /// Digest that was supplied.
+        given: ArgsDigest,
+    },
+    /// A different result or external id was offered for an execution that
+    /// already committed; the stored one stands.
+    #[error("execution {0} already committed with a different result")]
+    AlreadyCommitted(ExecutionId),
+    /// The operation was cancelled; no new calls are begun in it.
+    #[error("the operation of {0} is cancelled")]
+    OperationCancelled(ExecutionId),
+    /// A compensation was asked for an execution that never committed.
+    #[error("execution {0} has not committed: there is nothing to compensate")]
+    NothingToCompensate(ExecutionId),
+    /// The session lock directory could not be used.
+    #[error("session lock: {0}")]
+    Session(String),
+}
+
+impl Error {
+    pub(crate) fn transition(id: &ExecutionId, refused: InvalidTransition) -> Error {
+        Error::InvalidTransition {
+            execution_id: id.clone(),
+            from: refused.from,
+            transition: refused.transition,
+        }
+    }
+}
+
+/// The ledger's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,290 @@
+//! The durable state machine: begin, approve, execute, commit, deliver.
+//!
+//! [`Ledger`] is the core API. Every method is one transaction, and the
+//! durable syncs sit exactly on the commit boundaries of DESIGN.md:
+//!
+//! | call | sync | why |
+//! |---|---|---|
+//! | [`Ledger::begin_round`] / [`Ledger::begin`] | 1 fsync for the whole round | the intent (`executing` + downstream key) is durable before any tool runs |
+//! | [`Ledger::commit`] | 1 fsync | the result is durable before the model sees it |
+//! | [`Ledger::record_external_id`], approvals, failures, unknown outcomes | 1 fsync each | off the happy path |
+//! | [`Ledger::mark_delivered`] | none (lazy) | losing it only replays the stored result |
+//! | replay (`begin` of a committed call) | none | nothing is written |
+//!
+//! So a side-effecting happy path costs two durable syncs.
+//!
+//! ```
+//! use toolledger::ledger::{Begin, CallSpec, Ledger, LedgerConfig};
+//! use toolledger::model::{OperationId, ToolCall};
+//!
+//! # fn main() -> Result<(), toolledger::ledger::Error> {
+//! let dir = tempfile::tempdir().map_err(|e| toolledger::ledger::Error::Session(e.to_string()))?;
+//! let ledger = Ledger::open(&dir.path().join("ledger.db"), LedgerConfig::default())?;
+//! let op = OperationId::new("op_77")?;
+//! let call = ToolCall::custom("call_1", "send_email", r#"{"to":"a@example.com"}"#);
+//! match ledger.begin(&op, 0, &CallSpec::new(call.clone(), 1))? {
+//!     Begin::Execute(ticket) => {
+//!         // ... send the email with ticket.downstream_key as idempotency key ...
+//!         ledger.commit(&ticket.execution_id, r#"{"sent":true}"#, Some("msg_1"))?;
+//!     }
+//!     other => panic!("unexpected {other:?}"),
+//! }
+//! // Asked again (a retry, a restart): the stored result, nothing runs.
+//! let again = ledger.begin(&op, 0, &CallSpec::new(call, 1))?;
+//! assert!(matches!(again, Begin::Replay(r) if r.result_json == r#"{"sent":true}"#));
+//! # Ok(()) }
+//! ```
+
+mod answers;
+mod begin;
+mod clock;
+mod error;
+mod session;
+mod steps;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use answers::{
+    ApprovalRequest, Begin, CallSpec, CancelOutcome, Resolution, Resolved, StoredResult, Ticket,
+};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{Error, Result};
+
+use crate::model::{
+    ExecutionId, ExecutionRecord, ExecutionStatus, JsonLimits, OperationId, SessionId, Transition,
+};
+use crate::store::{Durability, StatusFields, Store, StoreOptions};
+use session::Sessions;
+
+/// How a ledger behaves.
+#[derive(Debug, Clone)]
+pub struct LedgerConfig {
+    /// How long an `executing` row stays owned without renewal. After that a
+    /// `begin` or `recover` treats the outcome as unknown.
+    pub lease: Duration,
+    /// Bounds on argument JSON (and on stored results).
+    pub json_limits: JsonLimits,
+    /// How long a write waits for another process's lock.
+    pub busy_timeout: Duration,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        LedgerConfig {
+            lease: Duration::from_secs(60),
+            json_limits: JsonLimits::default(),
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The durable execution ledger. `Send + Sync`: share it with an `Arc`.
+#[derive(Debug)]
+pub struct Ledger {
+    store: Store,
+    clock: Arc<dyn Clock>,
+    sessions: Sessions,
+    config: LedgerConfig,
+}
+
+impl Ledger {
+    /// Opens (creating if needed) the ledger database at `path` with the
+    /// system clock.
+    ///
+    /// # Errors
+    /// Storage errors: a file that is not a database or is corrupt, a newer
+    /// schema, a read-only or unopenable path, a lock held past the timeout.
+    pub fn open(path: &Path, config: LedgerConfig) -> Result<Ledger> {
+        Ledger::open_with_clock(path, config, Arc::new(SystemClock))
+    }
+
+    /// Opens the ledger at `path` with an injected clock.
+    ///
+    /// # Errors
+    /// As [`Ledger::open`].
+    pub fn open_with_clock(
+        path: &Path,
+        config: LedgerConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Ledger> {
+        let store = Store::open(
+            path,
+            StoreOptions {
+                busy_timeout: config.busy_timeout,
+            },
+        )?;
+        Ledger::with_store(store, config, clock)
+    }
+
+    /// A private in-memory ledger (tests and ephemeral harnesses).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn open_in_memory(config: LedgerConfig, clock: Arc<dyn Clock>) -> Result<Ledger> {
+        Ledger::with_store(Store::open_in_memory()?, config, clock)
+    }
+
+    fn with_store(store: Store, config: LedgerConfig, clock: Arc<dyn Clock>) -> Result<Ledger> {
+        let sessions = Sessions::start(store.path(), SessionId::generate())
+            .map_err(|e| Error::Session(e.kind().to_string()))?;
+        Ok(Ledger {
+            store,
+            clock,
+            sessions,
+            config,
+        })
+    }
+
+    /// This ledger's session id (the owner written on `executing` rows).
+    pub fn session_id(&self) -> &SessionId {
+        self.sessions.own()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &LedgerConfig {
+        &self.config
+    }
+
+    /// The clock in use.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    fn lease_deadline(&self, now: i64) -> i64 {
+        now.saturating_add(i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// Reads one execution.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn get(&self, id: &ExecutionId) -> Result<Option<ExecutionRecord>> {
+        self.store.read(|dao| Ok(dao.execution(id)?))
+    }
+
+    /// Every execution of an operation, in round and position order.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn list(&self, op: &OperationId) -> Result<Vec<ExecutionRecord>> {
+        self.store.read(|dao| Ok(dao.executions_of(op)?))
+    }
+
+    /// The status of an operation, if it exists.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn operation_status(
+        &self,
+        op: &OperationId,
+    ) -> Result<Option<crate::model::OperationStatus>> {
+        self.store.read(|dao| Ok(dao.operation_status(op)?))
+    }
+
+    /// The compensations recorded for `original`.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn compensations(&self, original: &ExecutionId) -> Result<Vec<ExecutionRecord>> {
+        self.store.read(|dao| Ok(dao.compensations_of(original)?))
+    }
+
+    /// Call at app start and after resume. Turns `executing` rows whose owner
+    /// session is dead (or whose lease expired) into `outcome_unknown`, and
+    /// returns every execution that needs attention: unknown outcomes,
+    /// approvals pending, approved or retryable work, live in-flight rows and
+    /// committed results not yet delivered to the model. One durable write.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn recover(&self) -> Result<Vec<ExecutionRecord>> {
+        let now = self.now();
+        self.store.write(Durability::Full, |dao| {
+            let mut pending = dao.executions_needing_attention()?;
+            for rec in pending.iter_mut() {
+                if rec.status == ExecutionStatus::Executing && !self.owner_is_live(rec, now) {
+                    let reason = self.abandon_reason(rec, now);
+                    let moved = dao.move_status(
+                        &rec.execution_id,
+                        ExecutionStatus::Executing,
+                        Transition::MarkUnknown,
+                        ExecutionStatus::OutcomeUnknown,
+                        &StatusFields {
+                            reason: Some(reason),
+                            ..StatusFields::default()
+                        },
+                        self.session_id(),
+                        now,
+                    )?;
+                    if moved {
+                        rec.status = ExecutionStatus::OutcomeUnknown;
+                        rec.owner_session = None;
+                        rec.lease_deadline_ms = None;
+                        rec.last_reason = Some(reason.to_owned());
+                    }
+                }
+            }
+            Ok(pending)
+        })
+    }
+
+    /// True when the owner of an `executing` row is alive and its lease holds.
+    fn owner_is_live(&self, rec: &ExecutionRecord, now: i64) -> bool {
+        let lease_ok = rec.lease_deadline_ms.is_some_and(|d| d > now);
+        let alive = rec
+            .owner_session
+            .as_ref()
+            .is_some_and(|s| self.sessions.is_alive(s));
+        lease_ok && alive
+    }
+
+    fn abandon_reason(&self, rec: &ExecutionRecord, now: i64) -> &'static str {
+        if rec.lease_deadline_ms.is_some_and(|d| d <= now) {
+            "lease expired while executing"
+        } else {
+            "owner session died while executing"
+        }
+    }
+
+    /// Checkpoints the WAL and closes the database so no file lock is held
+    /// while the app is suspended (iOS 0xdead10cc). Calls fail with
+    /// `Suspended` until [`Ledger::resume`].
+    ///
+    /// # Errors
+    /// Storage errors from the checkpoint.
+    pub fn suspend(&self) -> Result<()> {
+        self.store.suspend()?;
+        self.sessions.release();
+        Ok(())
+    }
+
+    /// Reopens after [`Ledger::suspend`] and runs [`Ledger::recover`].
+    ///
+    /// # Errors
+    /// The errors of opening and of `recover`.
+    pub fn resume(&self) -> Result<Vec<ExecutionRecord>> {
+        self.sessions
+            .acquire()
+            .map_err(|e| Error::Session(e.kind().to_string()))?;
+        self.store.resume()?;
+        self.recover()
+    }
+
+    /// Counts for the inspector.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn stats(&self) -> Result<crate::store::StoreStats> {
+        self.store.read(|dao| Ok(dao.stats()?))
+    }
+}

@@ -1,0 +1,6 @@
+//! toolledger: a durable on-device ledger that makes AI tool calls effectively once.
+#![warn(missing_docs)]
+
+pub mod ledger;
+pub mod model;
+pub mod store;

@@ -1,0 +1,82 @@
+//! The arguments digest: what "the same call" means.
+//!
+//! Two calls are the same logical call only if their execution ids match *and*
+//! their digests match. The digest is SHA-256 over the RFC 8785 canonical JSON
+//! of `{"args": <arguments>, "tool": <name>, "version": <n>}`, so key order,
+//! whitespace and number spelling (`2.0` vs `2`) do not matter, while any real
+//! change of the arguments, the tool or its version does.
+
+use super::canonical::{canonicalize, write_json_string, JsonError, JsonLimits};
+use super::ids::ArgsDigest;
+
+/// Arguments in canonical form together with their digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanonicalArgs {
+    /// The arguments as RFC 8785 canonical JSON text.
+    pub json: String,
+    /// SHA-256 of the canonical `{args, tool, version}` document.
+    pub digest: ArgsDigest,
+}
+
+/// Canonicalises `arguments` (untrusted JSON text) and digests them together
+/// with the tool's name and version.
+///
+/// # Errors
+/// [`JsonError`] when the arguments are not strict JSON, repeat a key, hold a
+/// non-finite number, nest deeper than `limits.max_depth` or exceed
+/// `limits.max_bytes`.
+pub fn digest_arguments(
+    tool_name: &str,
+    tool_version: u32,
+    arguments: &str,
+    limits: &JsonLimits,
+) -> Result<CanonicalArgs, JsonError> {
+    let json = canonicalize(arguments, limits)?;
+    // Keys in canonical (UTF-16) order: "args" < "tool" < "version".
+    let mut doc = String::with_capacity(json.len() + tool_name.len() + 40);
+    doc.push_str("{\"args\":");
+    doc.push_str(&json);
+    doc.push_str(",\"tool\":");
+    write_json_string(&mut doc, tool_name);
+    doc.push_str(",\"version\":");
+    doc.push_str(&tool_version.to_string());
+    doc.push('}');
+    Ok(CanonicalArgs {
+        digest: ArgsDigest::of_bytes(doc.as_bytes()),
+        json,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(tool: &str, v: u32, args: &str) -> CanonicalArgs {
+        digest_arguments(tool, v, args, &JsonLimits::default()).unwrap()
+    }
+
+    #[test]
+    fn equal_json_digests_alike() {
+        let a = d("pay", 1, r#"{"b":1,"a":2.0}"#);
+        let b = d("pay", 1, r#"{ "a" : 2, "b" : 1 }"#);
+        assert_eq!(a, b);
+        assert_eq!(a.json, r#"{"a":2,"b":1}"#);
+        assert_eq!(a.digest.as_str().len(), 64);
+    }
+
+    #[test]
+    fn tool_version_and_args_change_the_digest() {
+        let base = d("pay", 1, r#"{"amount":10}"#).digest;
+        assert_ne!(base, d("pay", 2, r#"{"amount":10}"#).digest);
+        assert_ne!(base, d("refund", 1, r#"{"amount":10}"#).digest);
+        assert_ne!(base, d("pay", 1, r#"{"amount":11}"#).digest);
+    }
+
+    #[test]
+    fn known_digest_is_stable() {
+        // sha256 of {"args":{"a":1},"tool":"t","version":1}
+        let got = d("t", 1, r#"{"a":1}"#).digest;
+        let expect = ArgsDigest::of_bytes(br#"{"args":{"a":1},"tool":"t","version":1}"#);
+        assert_eq!(got, expect);
+    }
+}

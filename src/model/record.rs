@@ -1,0 +1,70 @@
+//! What the ledger knows about one execution, as read back from storage.
+
+use super::call::Provider;
+use super::ids::{ArgsDigest, DownstreamKey, ExecutionId, OperationId, SessionId};
+use super::status::ExecutionStatus;
+
+/// One stored execution. Argument and result values are here because replay
+/// needs them; they are never logged (see `Debug` below).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ExecutionRecord {
+    /// The unit of idempotency.
+    pub execution_id: ExecutionId,
+    /// The operation it belongs to.
+    pub operation_id: OperationId,
+    /// The model response (round) within the operation.
+    pub round: u32,
+    /// Position of the call within its round.
+    pub position: u32,
+    /// The provider the call came from.
+    pub provider: Provider,
+    /// The provider's call id (correlation metadata).
+    pub provider_call_id: String,
+    /// Tool name.
+    pub tool_name: String,
+    /// Tool version.
+    pub tool_version: u32,
+    /// Digest of the canonical arguments.
+    pub args_digest: ArgsDigest,
+    /// The canonical arguments (RFC 8785 JSON).
+    pub args_json: String,
+    /// The idempotency key sent downstream on every attempt.
+    pub downstream_key: DownstreamKey,
+    /// Whether a human must approve before it runs.
+    pub requires_approval: bool,
+    /// Current status.
+    pub status: ExecutionStatus,
+    /// How many attempts have started (0 before the first).
+    pub attempt_count: u32,
+    /// The session that owns an `executing` row.
+    pub owner_session: Option<SessionId>,
+    /// When that ownership lapses (milliseconds since the Unix epoch).
+    pub lease_deadline_ms: Option<i64>,
+    /// The downstream's own id for the effect (payment id, event id, job id).
+    pub external_id: Option<String>,
+    /// The stored result JSON, once committed.
+    pub result_json: Option<String>,
+    /// The last failure or unknown-outcome reason (never argument values).
+    pub last_reason: Option<String>,
+    /// For `failed_before_commit`: whether another attempt is allowed.
+    pub retryable: Option<bool>,
+    /// For a compensation: the execution it undoes.
+    pub compensates: Option<ExecutionId>,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: i64,
+    /// Last update time, ms since the Unix epoch.
+    pub updated_ms: i64,
+}
+
+impl std::fmt::Debug for ExecutionRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Argument and result values may hold personal data: never printed.
+        f.debug_struct("ExecutionRecord")
+            .field("execution_id", &self.execution_id)
+            .field("tool_name", &self.tool_name)
+            .field("status", &self.status)
+            .field("attempt_count", &self.attempt_count)
+            .field("args_digest", &self.args_digest)
+            .finish_non_exhaustive()
+    }
+}

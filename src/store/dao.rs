@@ -1,0 +1,549 @@
+//! Data access: every query the ledger runs, against one open transaction.
+//!
+//! A [`Dao`] only exists inside `Store::read` / `Store::write`, so every
+//! method here runs in the caller's transaction. Status updates are guarded by
+//! the expected current status (`WHERE status = ?`) and report whether a row
+//! changed, so a lost race is visible instead of silently overwriting.
+
+use rusqlite::types::Type;
+use rusqlite::{named_params, params, OptionalExtension, Row, Transaction};
+
+use super::error::{Error, Result};
+use crate::model::{
+    ArgsDigest, DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus, OperationId,
+    OperationStatus, Provider, SessionId, Transition,
+};
+
+/// Queries over one open transaction.
+pub struct Dao<'a> {
+    tx: &'a Transaction<'a>,
+}
+
+/// A new execution row, written by `begin`.
+#[derive(Debug, Clone)]
+pub struct NewExecution<'a> {
+    /// Its id.
+    pub execution_id: &'a ExecutionId,
+    /// Its operation.
+    pub operation_id: &'a OperationId,
+    /// Round within the operation.
+    pub round: u32,
+    /// Position within the round.
+    pub position: u32,
+    /// Provider of the call.
+    pub provider: Provider,
+    /// Provider call id.
+    pub provider_call_id: &'a str,
+    /// Tool name.
+    pub tool_name: &'a str,
+    /// Tool version.
+    pub tool_version: u32,
+    /// Digest of the canonical arguments.
+    pub args_digest: &'a ArgsDigest,
+    /// Canonical arguments.
+    pub args_json: &'a str,
+    /// Downstream idempotency key.
+    pub downstream_key: &'a DownstreamKey,
+    /// Whether approval is required.
+    pub requires_approval: bool,
+    /// Initial status (`prepared` or `executing`).
+    pub status: ExecutionStatus,
+    /// Attempts started (1 when created `executing`).
+    pub attempt_count: u32,
+    /// Owner session when `executing`.
+    pub owner_session: Option<&'a SessionId>,
+    /// Lease deadline when `executing`.
+    pub lease_deadline_ms: Option<i64>,
+    /// The execution this one compensates.
+    pub compensates: Option<&'a ExecutionId>,
+    /// Now, ms since the epoch.
+    pub now_ms: i64,
+}
+
+/// Row counts for the inspector and benchmarks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Number of operations.
+    pub operations: u64,
+    /// Number of executions per status name.
+    pub executions_by_status: Vec<(String, u64)>,
+    /// Rows in the transition log.
+    pub transitions: u64,
+}
+
+const EXECUTION_COLUMNS: &str = "execution_id, operation_id, round, position, provider, \
+    provider_call_id, tool_name, tool_version, args_digest, args_json, downstream_key, \
+    requires_approval, status, attempt_count, owner_session, lease_deadline_ms, external_id, \
+    result_json, last_reason, retryable, compensates, created_ms, updated_ms";
+
+fn bad(col: usize, what: &str) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(col, Type::Text, what.to_owned().into())
+}
+
+fn row_to_record(row: &Row<'_>) -> rusqlite::Result<ExecutionRecord> {
+    let provider: String = row.get(4)?;
+    let status: String = row.get(12)?;
+    let owner: Option<String> = row.get(14)?;
+    let compensates: Option<String> = row.get(20)?;
+    Ok(ExecutionRecord {
+        execution_id: ExecutionId::from_stored(row.get(0)?),
+        operation_id: OperationId::from_stored(row.get(1)?),
+        round: row.get(2)?,
+        position: row.get(3)?,
+        provider: Provider::parse(&provider).ok_or_else(|| bad(4, "unknown provider"))?,
+        provider_call_id: row.get(5)?,
+        tool_name: row.get(6)?,
+        tool_version: row.get(7)?,
+        args_digest: ArgsDigest::from_stored(row.get(8)?),
+        args_json: row.get(9)?,
+        downstream_key: DownstreamKey::from_stored(row.get(10)?),
+        requires_approval: row.get(11)?,
+        status: ExecutionStatus::parse(&status).ok_or_else(|| bad(12, "unknown status"))?,
+        attempt_count: row.get(13)?,
+        owner_session: owner.map(SessionId::from_stored),
+        lease_deadline_ms: row.get(15)?,
+        external_id: row.get(16)?,
+        result_json: row.get(17)?,
+        last_reason: row.get(18)?,
+        retryable: row.get(19)?,
+        compensates: compensates.map(ExecutionId::from_stored),
+        created_ms: row.get(21)?,
+        updated_ms: row.get(22)?,
+    })
+}
+
+impl<'a> Dao<'a> {
+    pub(super) fn new(tx: &'a Transaction<'a>) -> Dao<'a> {
+        Dao { tx }
+    }
+
+    /// Creates the operation if it does not exist; returns its status.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn ensure_operation(&self, op: &OperationId, now_ms: i64) -> Result<OperationStatus> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO operations (operation_id, status, created_ms, updated_ms)
+                 VALUES (?1, 'open', ?2, ?2) ON CONFLICT(operation_id) DO NOTHING",
+            )?
+            .execute(params![op.as_str(), now_ms])?;
+        self.operation_status(op)?
+            .ok_or_else(|| Error::InvalidData("operation vanished".into()))
+    }
+
+    /// The operation's status, if it exists.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn operation_status(&self, op: &OperationId) -> Result<Option<OperationStatus>> {
+        let name: Option<String> = self
+            .tx
+            .prepare_cached("SELECT status FROM operations WHERE operation_id = ?1")?
+            .query_row([op.as_str()], |r| r.get(0))
+            .optional()?;
+        name.map(|n| {
+            OperationStatus::parse(&n).ok_or_else(|| Error::InvalidData("operation status".into()))
+        })
+        .transpose()
+    }
+
+    /// Sets the operation's status.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn set_operation_status(
+        &self,
+        op: &OperationId,
+        status: OperationStatus,
+        now_ms: i64,
+    ) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "UPDATE operations SET status = ?2, updated_ms = ?3 WHERE operation_id = ?1",
+            )?
+            .execute(params![op.as_str(), status.as_str(), now_ms])?;
+        Ok(())
+    }
+
+    /// Records the round if it is new.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn ensure_round(&self, op: &OperationId, round: u32, now_ms: i64) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO rounds (operation_id, round, created_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(operation_id, round) DO NOTHING",
+            )?
+            .execute(params![op.as_str(), round, now_ms])?;
+        Ok(())
+    }
+
+    /// Reads one execution.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn execution(&self, id: &ExecutionId) -> Result<Option<ExecutionRecord>> {
+        let sql = format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE execution_id = ?1");
+        Ok(self
+            .tx
+            .prepare_cached(&sql)?
+            .query_row([id.as_str()], row_to_record)
+            .optional()?)
+    }
+
+    /// Inserts a new execution and logs its creation.
+    ///
+    /// # Errors
+    /// Storage errors (a duplicate id is a constraint error).
+    pub fn insert_execution(&self, new: &NewExecution<'_>, session: &SessionId) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO executions (execution_id, operation_id, round, position, provider,
+                    provider_call_id, tool_name, tool_version, args_digest, args_json,
+                    downstream_key, requires_approval, status, attempt_count, owner_session,
+                    lease_deadline_ms, compensates, created_ms, updated_ms)
+                 VALUES (:id, :op, :round, :pos, :provider, :call, :tool, :version, :digest,
+                    :args, :key, :approval, :status, :attempts, :owner, :lease, :comp, :now, :now)",
+            )?
+            .execute(named_params! {
+                ":id": new.execution_id.as_str(),
+                ":op": new.operation_id.as_str(),
+                ":round": new.round,
+                ":pos": new.position,
+                ":provider": new.provider.as_str(),
+                ":call": new.provider_call_id,
+                ":tool": new.tool_name,
+                ":version": new.tool_version,
+                ":digest": new.args_digest.as_str(),
+                ":args": new.args_json,
+                ":key": new.downstream_key.as_str(),
+                ":approval": new.requires_approval,
+                ":status": new.status.as_str(),
+                ":attempts": new.attempt_count,
+                ":owner": new.owner_session.map(SessionId::as_str),
+                ":lease": new.lease_deadline_ms,
+                ":comp": new.compensates.map(ExecutionId::as_str),
+                ":now": new.now_ms,
+            })?;
+        self.log(
+            new.execution_id,
+            None,
+            new.status,
+            if new.status == ExecutionStatus::Executing {
+                "start"
+            } else {
+                "prepare"
+            },
+            new.attempt_count,
+            session,
+            None,
+            new.now_ms,
+        )
+    }
+
+    /// Moves an execution from `from` to `to` (already checked against the
+    /// transition table by the caller) and logs it. Leaving `executing`
+    /// clears the owner and lease; entering it sets them and the attempt.
+    /// Returns false when the row was not in `from` (a lost race).
+    ///
+    /// # Errors
+    /// Storage errors, or [`Error::Guard`] if the schema refuses the move.
+    #[allow(clippy::too_many_arguments)]
+    pub fn move_status(
+        &self,
+        id: &ExecutionId,
+        from: ExecutionStatus,
+        transition: Transition,
+        to: ExecutionStatus,
+        change: &StatusFields<'_>,
+        session: &SessionId,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let executing = to == ExecutionStatus::Executing;
+        let changed = self
+            .tx
+            .prepare_cached(
+                "UPDATE executions SET status = :to, updated_ms = :now,
+                    attempt_count = COALESCE(:attempt, attempt_count),
+                    owner_session = CASE WHEN :executing THEN :owner ELSE NULL END,
+                    lease_deadline_ms = CASE WHEN :executing THEN :lease ELSE NULL END,
+                    result_json = COALESCE(:result, result_json),
+                    external_id = COALESCE(:external, external_id),
+                    last_reason = COALESCE(:reason, last_reason),
+                    retryable = COALESCE(:retryable, retryable)
+                 WHERE execution_id = :id AND status = :from",
+            )?
+            .execute(named_params! {
+                ":id": id.as_str(),
+                ":from": from.as_str(),
+                ":to": to.as_str(),
+                ":now": now_ms,
+                ":attempt": change.attempt,
+                ":executing": executing,
+                ":owner": session.as_str(),
+                ":lease": change.lease_deadline_ms,
+                ":result": change.result_json,
+                ":external": change.external_id,
+                ":reason": change.reason,
+                ":retryable": change.retryable,
+            })?;
+        if changed == 0 {
+            return Ok(false);
+        }
+        let attempt: u32 = match change.attempt {
+            Some(a) => a,
+            None => self
+                .tx
+                .prepare_cached("SELECT attempt_count FROM executions WHERE execution_id = ?1")?
+                .query_row([id.as_str()], |r| r.get(0))?,
+        };
+        self.log(
+            id,
+            Some(from),
+            to,
+            transition.as_str(),
+            attempt,
+            session,
+            change.reason,
+            now_ms,
+        )?;
+        Ok(true)
+    }
+
+    /// Stores the downstream's id for the effect as soon as it is known.
+    /// Returns false when the row is missing or holds a different id.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn set_external_id(&self, id: &ExecutionId, external: &str, now_ms: i64) -> Result<bool> {
+        let changed = self
+            .tx
+            .prepare_cached(
+                "UPDATE executions SET external_id = ?2, updated_ms = ?3
+                 WHERE execution_id = ?1 AND (external_id IS NULL OR external_id = ?2)",
+            )?
+            .execute(params![id.as_str(), external, now_ms])?;
+        Ok(changed == 1)
+    }
+
+    /// Extends the lease of an `executing` row owned by `session`.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn renew_lease(
+        &self,
+        id: &ExecutionId,
+        session: &SessionId,
+        deadline_ms: i64,
+    ) -> Result<bool> {
+        let changed = self
+            .tx
+            .prepare_cached(
+                "UPDATE executions SET lease_deadline_ms = ?3
+                 WHERE execution_id = ?1 AND status = 'executing' AND owner_session = ?2",
+            )?
+            .execute(params![id.as_str(), session.as_str(), deadline_ms])?;
+        Ok(changed == 1)
+    }
+
+    /// Records an approval decision bound to a digest.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn record_approval(
+        &self,
+        id: &ExecutionId,
+        digest: &ArgsDigest,
+        approved: bool,
+        preview_json: Option<&str>,
+        now_ms: i64,
+    ) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO approvals (execution_id, args_digest, decision, preview_json, decided_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(execution_id, args_digest) DO UPDATE SET
+                    decision = excluded.decision, preview_json = excluded.preview_json,
+                    decided_ms = excluded.decided_ms",
+            )?
+            .execute(params![
+                id.as_str(),
+                digest.as_str(),
+                if approved { "approved" } else { "rejected" },
+                preview_json,
+                now_ms
+            ])?;
+        Ok(())
+    }
+
+    /// The approval preview recorded for `(id, digest)`, if approved.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn approval(
+        &self,
+        id: &ExecutionId,
+        digest: &ArgsDigest,
+    ) -> Result<Option<Option<String>>> {
+        Ok(self
+            .tx
+            .prepare_cached(
+                "SELECT preview_json FROM approvals
+                 WHERE execution_id = ?1 AND args_digest = ?2 AND decision = 'approved'",
+            )?
+            .query_row(params![id.as_str(), digest.as_str()], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Every execution of an operation, in round and position order.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn executions_of(&self, op: &OperationId) -> Result<Vec<ExecutionRecord>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE operation_id = ?1
+             ORDER BY round, position, execution_id"
+        );
+        let mut stmt = self.tx.prepare_cached(&sql)?;
+        let rows = stmt.query_map([op.as_str()], row_to_record)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Executions whose status means the app still has something to do:
+    /// awaiting approval or execution, executing, unknown, retryable
+    /// failures, and committed results not yet delivered.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn executions_needing_attention(&self) -> Result<Vec<ExecutionRecord>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions
+             WHERE status IN ('prepared','approved','executing','outcome_unknown',
+                              'failed_before_commit','committed')
+             ORDER BY created_ms, execution_id"
+        );
+        let mut stmt = self.tx.prepare_cached(&sql)?;
+        let rows = stmt.query_map([], row_to_record)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Compensations recorded for `original`.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn compensations_of(&self, original: &ExecutionId) -> Result<Vec<ExecutionRecord>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE compensates = ?1 ORDER BY created_ms"
+        );
+        let mut stmt = self.tx.prepare_cached(&sql)?;
+        let rows = stmt.query_map([original.as_str()], row_to_record)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// The transition log of one execution: `(from, to, transition, attempt)`.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn transitions_of(
+        &self,
+        id: &ExecutionId,
+    ) -> Result<Vec<(Option<String>, String, String, u32)>> {
+        let mut stmt = self.tx.prepare_cached(
+            "SELECT from_status, to_status, transition, attempt FROM transitions
+             WHERE execution_id = ?1 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map([id.as_str()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Counts for the inspector.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn stats(&self) -> Result<StoreStats> {
+        let operations: u64 = self
+            .tx
+            .query_row("SELECT count(*) FROM operations", [], |r| r.get(0))?;
+        let transitions: u64 = self
+            .tx
+            .query_row("SELECT count(*) FROM transitions", [], |r| r.get(0))?;
+        let mut stmt = self.tx.prepare_cached(
+            "SELECT status, count(*) FROM executions GROUP BY status ORDER BY status",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(StoreStats {
+            operations,
+            executions_by_status: rows.collect::<rusqlite::Result<Vec<_>>>()?,
+            transitions,
+        })
+    }
+
+    /// Operations with their status, newest first (inspector).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn operations(&self, limit: u32) -> Result<Vec<(OperationId, OperationStatus)>> {
+        let mut stmt = self.tx.prepare_cached(
+            "SELECT operation_id, status FROM operations ORDER BY created_ms DESC, operation_id LIMIT ?1",
+        )?;
+        let rows = stmt.query_map([limit], |r| {
+            let status: String = r.get(1)?;
+            Ok((
+                OperationId::from_stored(r.get(0)?),
+                OperationStatus::parse(&status).ok_or_else(|| bad(1, "operation status"))?,
+            ))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn log(
+        &self,
+        id: &ExecutionId,
+        from: Option<ExecutionStatus>,
+        to: ExecutionStatus,
+        transition: &str,
+        attempt: u32,
+        session: &SessionId,
+        reason: Option<&str>,
+        now_ms: i64,
+    ) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO transitions (execution_id, from_status, to_status, transition,
+                    attempt, session_id, reason, at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                id.as_str(),
+                from.map(ExecutionStatus::as_str),
+                to.as_str(),
+                transition,
+                attempt,
+                session.as_str(),
+                reason,
+                now_ms
+            ])?;
+        Ok(())
+    }
+}
+
+/// The columns a status move may set besides the status.
+#[derive(Debug, Clone, Default)]
+pub struct StatusFields<'a> {
+    /// New attempt number (entering `executing`).
+    pub attempt: Option<u32>,
+    /// New lease deadline (entering `executing`).
+    pub lease_deadline_ms: Option<i64>,
+    /// Result JSON (entering `committed`).
+    pub result_json: Option<&'a str>,
+    /// External id (commit, or found by reconciliation).
+    pub external_id: Option<&'a str>,
+    /// Reason (failures, unknown outcomes, rejections).
+    pub reason: Option<&'a str>,
+    /// Whether a failure may be retried.
+    pub retryable: Option<bool>,
+}

@@ -1,0 +1,78 @@
+//! Storage errors: what can go wrong below the ledger, classified so callers
+//! can act (retry later, free space, restore a backup) without reading SQLite
+//! codes.
+
+use rusqlite::ErrorCode;
+
+/// A storage failure. Messages never contain argument or result values.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The file exists but is not an SQLite database. It is left untouched.
+    #[error("the file is not a toolledger database (it is left untouched)")]
+    NotADatabase,
+    /// SQLite found the database corrupt. The file is left untouched.
+    #[error("the database file is corrupt (it is left untouched)")]
+    Corrupt,
+    /// The database was written by a newer toolledger.
+    #[error("the database has schema version {found}; this build supports up to {supported}")]
+    IncompatibleVersion {
+        /// The file's `user_version`.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// Another connection held the lock longer than `busy_timeout`.
+    #[error("the database is locked by another connection (busy timeout elapsed)")]
+    Busy,
+    /// The disk (or the database's size limit) is full.
+    #[error("the disk is full; nothing was written")]
+    DiskFull,
+    /// The file or its directory is read-only.
+    #[error("the database is read-only")]
+    ReadOnly,
+    /// The file could not be opened (missing directory, permissions).
+    #[error("cannot open the database file")]
+    CannotOpen,
+    /// A stored value could not be read back as the type it should hold.
+    #[error("stored data is invalid: {0}")]
+    InvalidData(String),
+    /// A write was refused by one of the schema's guards (e.g. a committed
+    /// execution cannot be downgraded).
+    #[error("write refused by the ledger's schema guard: {0}")]
+    Guard(String),
+    /// The store's connection lock was poisoned by a panic in another thread.
+    #[error("the store's lock was poisoned by a panic elsewhere")]
+    LockPoisoned,
+    /// The store was closed by `suspend()` and not reopened.
+    #[error("the store is suspended; call resume() first")]
+    Suspended,
+    /// Any other SQLite error.
+    #[error("sqlite error: {0}")]
+    Sqlite(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(err: rusqlite::Error) -> Error {
+        if let rusqlite::Error::SqliteFailure(ffi, msg) = &err {
+            return match ffi.code {
+                ErrorCode::NotADatabase => Error::NotADatabase,
+                ErrorCode::DatabaseCorrupt => Error::Corrupt,
+                ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => Error::Busy,
+                ErrorCode::DiskFull => Error::DiskFull,
+                ErrorCode::ReadOnly => Error::ReadOnly,
+                ErrorCode::CannotOpen => Error::CannotOpen,
+                ErrorCode::ConstraintViolation
+                    if msg.as_deref().is_some_and(|m| m.starts_with("toolledger:")) =>
+                {
+                    Error::Guard(msg.clone().unwrap_or_default())
+                }
+                _ => Error::Sqlite(err),
+            };
+        }
+        Error::Sqlite(err)
+    }
+}
+
+/// The store's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,229 @@
+//! SQLite storage: the only module that knows SQL.
+//!
+//! [`Store`] owns one connection behind a mutex (one writer per process; other
+//! processes coordinate through SQLite's file locks and `busy_timeout`). Work
+//! is scoped by closures: [`Store::read`] runs in a deferred transaction,
+//! [`Store::write`] in an IMMEDIATE one that commits only when the closure
+//! returns `Ok` and rolls back on every other path. No transaction or read
+//! snapshot stays open between calls, which is what mobile suspension needs.
+//!
+//! Durability: the database runs in WAL mode with `synchronous=FULL`, so each
+//! [`Durability::Full`] write costs exactly one fsync of the WAL at commit.
+//! [`Durability::Lazy`] writes (delivery marks) switch to `synchronous=NORMAL`
+//! for that one transaction: no fsync, made durable by the next full write or
+//! checkpoint. Losing a lazy write only causes a harmless replay.
+
+mod dao;
+mod error;
+pub mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+pub use dao::{Dao, NewExecution, StatusFields, StoreStats};
+pub use error::{Error, Result};
+
+/// How a write must reach the disk before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync before returning (commit boundaries: intent, commit).
+    Full,
+    /// No fsync; durable with the next full write or checkpoint.
+    Lazy,
+}
+
+/// Options for opening a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// How long a writer waits for another connection's lock.
+    pub busy_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Where the database lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Location {
+    File(PathBuf),
+    Memory,
+}
+
+/// The SQLite store. `Send + Sync`; all access is serialised by its mutex.
+#[derive(Debug)]
+pub struct Store {
+    conn: Mutex<Option<Connection>>,
+    location: Location,
+    options: StoreOptions,
+}
+
+impl Store {
+    /// Opens (creating if missing) the database at `path`, sets the pragmas
+    /// and migrates it to the current schema.
+    ///
+    /// # Errors
+    /// [`Error::NotADatabase`] / [`Error::Corrupt`] for a bad file (never
+    /// deleted), [`Error::IncompatibleVersion`] for a newer one,
+    /// [`Error::CannotOpen`], [`Error::ReadOnly`], [`Error::Busy`].
+    pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
+        let location = Location::File(path.to_path_buf());
+        let conn = connect(&location, &options)?;
+        Ok(Store {
+            conn: Mutex::new(Some(conn)),
+            location,
+            options,
+        })
+    }
+
+    /// Opens a private in-memory database (tests, ephemeral harnesses).
+    ///
+    /// # Errors
+    /// Storage errors from SQLite.
+    pub fn open_in_memory() -> Result<Store> {
+        let options = StoreOptions::default();
+        let conn = connect(&Location::Memory, &options)?;
+        Ok(Store {
+            conn: Mutex::new(Some(conn)),
+            location: Location::Memory,
+            options,
+        })
+    }
+
+    /// The database file's path, `None` for an in-memory store.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.location {
+            Location::File(p) => Some(p),
+            Location::Memory => None,
+        }
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Option<Connection>>> {
+        self.conn.lock().map_err(|_| Error::LockPoisoned)
+    }
+
+    /// Runs `f` in a deferred (read) transaction that ends before returning.
+    ///
+    /// # Errors
+    /// Whatever `f` returns, or storage errors.
+    pub fn read<T, E: From<Error>>(
+        &self,
+        f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let mut guard = self.lock()?;
+        let conn = guard.as_mut().ok_or(Error::Suspended)?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(Error::from)?;
+        let out = f(&Dao::new(&tx))?;
+        tx.commit().map_err(Error::from)?;
+        Ok(out)
+    }
+
+    /// Runs `f` in an IMMEDIATE transaction; commits with the requested
+    /// durability when `f` returns `Ok`, rolls back otherwise.
+    ///
+    /// # Errors
+    /// Whatever `f` returns, or storage errors (nothing is written then).
+    pub fn write<T, E: From<Error>>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let mut guard = self.lock()?;
+        let conn = guard.as_mut().ok_or(Error::Suspended)?;
+        if durability == Durability::Lazy {
+            conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(Error::from)?;
+        }
+        let result = write_in(conn, f);
+        if durability == Durability::Lazy {
+            // Restore the boundary setting even when the write failed.
+            let restored = conn.pragma_update(None, "synchronous", "FULL");
+            if let (Ok(_), Err(e)) = (&result, restored) {
+                return Err(Error::from(e).into());
+            }
+        }
+        result
+    }
+
+    /// Checkpoints the WAL into the main file and closes the connection, so
+    /// that no file lock is held (call before iOS suspends the app).
+    ///
+    /// # Errors
+    /// Storage errors from the checkpoint; the store stays open then.
+    pub fn suspend(&self) -> Result<()> {
+        let mut guard = self.lock()?;
+        if let Some(conn) = guard.as_ref() {
+            conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
+        }
+        if let Some(conn) = guard.take() {
+            conn.close().map_err(|(_, e)| Error::from(e))?;
+        }
+        Ok(())
+    }
+
+    /// Reopens after [`Store::suspend`]; a no-op when open.
+    ///
+    /// # Errors
+    /// The errors of [`Store::open`].
+    pub fn resume(&self) -> Result<()> {
+        let mut guard = self.lock()?;
+        if guard.is_none() {
+            *guard = Some(connect(&self.location, &self.options)?);
+        }
+        Ok(())
+    }
+
+    /// True between [`Store::suspend`] and [`Store::resume`].
+    pub fn is_suspended(&self) -> bool {
+        self.conn.lock().map(|g| g.is_none()).unwrap_or(false)
+    }
+}
+
+fn write_in<T, E: From<Error>>(
+    conn: &mut Connection,
+    f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(Error::from)?;
+    let out = f(&Dao::new(&tx))?;
+    tx.commit().map_err(Error::from)?;
+    Ok(out)
+}
+
+fn connect(location: &Location, options: &StoreOptions) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let mut conn = match location {
+        Location::File(path) => Connection::open_with_flags(path, flags)?,
+        Location::Memory => Connection::open_in_memory()?,
+    };
+    conn.busy_timeout(options.busy_timeout)?;
+    // Only takes effect on a new, empty file; must precede the first table.
+    // The first statement that reads the header reports NOTADB / CORRUPT.
+    conn.execute_batch("PRAGMA auto_vacuum=INCREMENTAL;")?;
+    let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+    if location != &Location::Memory && !mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::InvalidData(format!(
+            "journal_mode is {mode}, not wal"
+        )));
+    }
+    conn.execute_batch(
+        "PRAGMA synchronous=FULL;
+         PRAGMA foreign_keys=ON;",
+    )?;
+    conn.set_prepared_statement_cache_capacity(64);
+    schema::migrate(&mut conn)?;
+    Ok(conn)
+}
