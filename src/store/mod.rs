@@ -210,8 +210,11 @@ fn connect(location: &Location, options: &StoreOptions) -> Result<Connection> {
         Location::Memory => Connection::open_in_memory()?,
     };
     conn.busy_timeout(options.busy_timeout)?;
-    // Only takes effect on a new, empty file; must precede the first table.
     // The first statement that reads the header reports NOTADB / CORRUPT.
+    // A newer schema is refused before anything (even the journal mode) is
+    // written to the file.
+    schema::refuse_newer(&conn)?;
+    // Only takes effect on a new, empty file; must precede the first table.
     conn.execute_batch("PRAGMA auto_vacuum=INCREMENTAL;")?;
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
     if location != &Location::Memory && !mode.eq_ignore_ascii_case("wal") {

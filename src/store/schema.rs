@@ -15,6 +15,21 @@ const MIGRATIONS: &[&str] = &[include_str!("migrations/001_initial.sql")];
 /// The schema version this build writes.
 pub const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;
 
+/// Refuses a database written by a newer build, without writing to it.
+///
+/// # Errors
+/// [`Error::IncompatibleVersion`]; `NotADatabase` / `Corrupt` for bad files.
+pub fn refuse_newer(conn: &Connection) -> Result<()> {
+    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found > CURRENT_VERSION {
+        return Err(Error::IncompatibleVersion {
+            found,
+            supported: CURRENT_VERSION,
+        });
+    }
+    Ok(())
+}
+
 /// Brings the database up to [`CURRENT_VERSION`].
 ///
 /// # Errors
