@@ -8,7 +8,10 @@ use std::thread;
 use support::*;
 use toolledger::ledger::Begin;
 
-fn race(ledgers: Vec<Arc<toolledger::ledger::Ledger>>, threads_per_ledger: usize) -> (usize, usize) {
+fn race(
+    ledgers: Vec<Arc<toolledger::ledger::Ledger>>,
+    threads_per_ledger: usize,
+) -> (usize, usize) {
     let total = ledgers.len() * threads_per_ledger;
     let barrier = Arc::new(Barrier::new(total));
     let mut handles = Vec::new();
@@ -18,13 +21,21 @@ fn race(ledgers: Vec<Arc<toolledger::ledger::Ledger>>, threads_per_ledger: usize
             let barrier = barrier.clone();
             handles.push(thread::spawn(move || {
                 barrier.wait();
-                ledger.begin(&op("op"), 0, &spec("call_1", "pay", r#"{"amount":1}"#)).unwrap()
+                ledger
+                    .begin(&op("op"), 0, &spec("call_1", "pay", r#"{"amount":1}"#))
+                    .unwrap()
             }));
         }
     }
     let answers: Vec<Begin> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let executes = answers.iter().filter(|a| matches!(a, Begin::Execute(_))).count();
-    let in_flight = answers.iter().filter(|a| matches!(a, Begin::InFlight { .. })).count();
+    let executes = answers
+        .iter()
+        .filter(|a| matches!(a, Begin::Execute(_)))
+        .count();
+    let in_flight = answers
+        .iter()
+        .filter(|a| matches!(a, Begin::InFlight { .. }))
+        .count();
     (executes, in_flight)
 }
 
@@ -53,12 +64,16 @@ fn separate_sessions_on_one_file_get_exactly_one_execute() {
 /// to a file, and keeps its session alive until the parent says done.
 #[test]
 fn child_races_begin() {
-    let Ok(db) = std::env::var("TOOLLEDGER_RACE_DB") else { return };
+    let Ok(db) = std::env::var("TOOLLEDGER_RACE_DB") else {
+        return;
+    };
     let (ledger, _clock) = open_at(std::path::Path::new(&db));
     let pid = std::process::id();
     std::fs::write(format!("{db}.ready.{pid}"), b"").unwrap();
     wait_for(|| std::path::Path::new(&format!("{db}.go")).exists());
-    let answer = ledger.begin(&op("op"), 0, &spec("call_1", "pay", r#"{"amount":1}"#)).unwrap();
+    let answer = ledger
+        .begin(&op("op"), 0, &spec("call_1", "pay", r#"{"amount":1}"#))
+        .unwrap();
     let tag = match answer {
         Begin::Execute(_) => "EXECUTE",
         Begin::InFlight { .. } => "INFLIGHT",

@@ -20,7 +20,9 @@ fn dropping_the_ledger_while_executing_leaves_outcome_unknown() {
     let path = dir.path().join("l.db");
     let (ledger, clock) = open_at(&path);
     let s = spec("call_1", "pay", r#"{"amount":5}"#);
-    let Begin::Execute(t) = ledger.begin(&op("op"), 0, &s).unwrap() else { panic!() };
+    let Begin::Execute(t) = ledger.begin(&op("op"), 0, &s).unwrap() else {
+        panic!()
+    };
     drop(ledger);
 
     let ledger = open_with(&path, &clock);
@@ -28,7 +30,10 @@ fn dropping_the_ledger_while_executing_leaves_outcome_unknown() {
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].execution_id, t.execution_id);
     assert_eq!(pending[0].status, ExecutionStatus::OutcomeUnknown);
-    assert_eq!(pending[0].last_reason.as_deref(), Some("owner session died while executing"));
+    assert_eq!(
+        pending[0].last_reason.as_deref(),
+        Some("owner session died while executing")
+    );
     // A retry of the same call must reconcile, not execute.
     match ledger.begin(&op("op"), 0, &s).unwrap() {
         Begin::Reconcile(r) => {
@@ -38,13 +43,21 @@ fn dropping_the_ledger_while_executing_leaves_outcome_unknown() {
         other => panic!("unexpected {other:?}"),
     }
     // Lookup found nothing: retry under the same key, attempt 2.
-    let Resolved::Retry(t2) = ledger.resolve_unknown(&t.execution_id, Resolution::NotFoundRetry).unwrap() else {
+    let Resolved::Retry(t2) = ledger
+        .resolve_unknown(&t.execution_id, Resolution::NotFoundRetry)
+        .unwrap()
+    else {
         panic!()
     };
     assert_eq!(t2.downstream_key, t.downstream_key);
     assert_eq!(t2.attempt, 2);
-    ledger.commit(&t.execution_id, r#"{"ok":true}"#, None).unwrap();
-    assert!(matches!(ledger.begin(&op("op"), 0, &s).unwrap(), Begin::Replay(_)));
+    ledger
+        .commit(&t.execution_id, r#"{"ok":true}"#, None)
+        .unwrap();
+    assert!(matches!(
+        ledger.begin(&op("op"), 0, &s).unwrap(),
+        Begin::Replay(_)
+    ));
 }
 
 #[test]
@@ -54,17 +67,29 @@ fn a_live_second_session_is_in_flight_not_dead() {
     let (app, clock) = open_at(&path);
     let extension = open_with(&path, &clock);
     let s = spec("call_1", "pay", r#"{"amount":5}"#);
-    assert!(matches!(app.begin(&op("op"), 0, &s).unwrap(), Begin::Execute(_)));
-    assert!(matches!(extension.begin(&op("op"), 0, &s).unwrap(), Begin::InFlight { .. }));
+    assert!(matches!(
+        app.begin(&op("op"), 0, &s).unwrap(),
+        Begin::Execute(_)
+    ));
+    assert!(matches!(
+        extension.begin(&op("op"), 0, &s).unwrap(),
+        Begin::InFlight { .. }
+    ));
     // recover() in the extension does not steal the live app's row.
     let pending = extension.recover().unwrap();
     assert_eq!(pending[0].status, ExecutionStatus::Executing);
     // Until the lease expires: then the outcome is unknown.
     clock.advance(61_000);
-    assert!(matches!(extension.begin(&op("op"), 0, &s).unwrap(), Begin::Reconcile(_)));
+    assert!(matches!(
+        extension.begin(&op("op"), 0, &s).unwrap(),
+        Begin::Reconcile(_)
+    ));
     let rec = extension.get(&pending[0].execution_id).unwrap().unwrap();
     assert_eq!(rec.status, ExecutionStatus::OutcomeUnknown);
-    assert_eq!(rec.last_reason.as_deref(), Some("lease expired while executing"));
+    assert_eq!(
+        rec.last_reason.as_deref(),
+        Some("lease expired while executing")
+    );
 }
 
 #[test]
@@ -74,8 +99,12 @@ fn committed_then_crash_replays_the_stored_result() {
     let path = dir.path().join("l.db");
     let (ledger, clock) = open_at(&path);
     let s = spec("call_1", "send_email", r#"{"to":"x@example.com"}"#);
-    let Begin::Execute(t) = ledger.begin(&op("op"), 0, &s).unwrap() else { panic!() };
-    ledger.commit(&t.execution_id, r#"{"id":"m1"}"#, Some("m1")).unwrap();
+    let Begin::Execute(t) = ledger.begin(&op("op"), 0, &s).unwrap() else {
+        panic!()
+    };
+    ledger
+        .commit(&t.execution_id, r#"{"id":"m1"}"#, Some("m1"))
+        .unwrap();
     drop(ledger);
     let ledger = open_with(&path, &clock);
     let pending = ledger.recover().unwrap();
@@ -86,14 +115,22 @@ fn committed_then_crash_replays_the_stored_result() {
         other => panic!("unexpected {other:?}"),
     }
     // Nothing downgrades it: not a failure, not unknown, not a cancellation.
-    assert!(ledger.fail_before_commit(&t.execution_id, "late", true).is_err());
-    assert!(ledger.mark_outcome_unknown(&t.execution_id, "late").is_err());
-    assert!(ledger.resolve_unknown(&t.execution_id, Resolution::NotFoundRetry).is_err());
+    assert!(ledger
+        .fail_before_commit(&t.execution_id, "late", true)
+        .is_err());
+    assert!(ledger
+        .mark_outcome_unknown(&t.execution_id, "late")
+        .is_err());
+    assert!(ledger
+        .resolve_unknown(&t.execution_id, Resolution::NotFoundRetry)
+        .is_err());
     assert_eq!(
         ledger.cancel(&t.execution_id).unwrap(),
         toolledger::ledger::CancelOutcome::AlreadyCommitted
     );
-    assert!(ledger.commit(&t.execution_id, r#"{"id":"other"}"#, None).is_err());
+    assert!(ledger
+        .commit(&t.execution_id, r#"{"id":"other"}"#, None)
+        .is_err());
     let rec = ledger.get(&t.execution_id).unwrap().unwrap();
     assert_eq!(rec.status, ExecutionStatus::Committed);
     assert_eq!(rec.result_json.as_deref(), Some(r#"{"id":"m1"}"#));
@@ -103,12 +140,19 @@ fn committed_then_crash_replays_the_stored_result() {
 /// without unwinding, as a killed app would.
 #[test]
 fn child_process_begins_and_aborts() {
-    let Ok(db) = std::env::var("TOOLLEDGER_CHILD_DB") else { return };
+    let Ok(db) = std::env::var("TOOLLEDGER_CHILD_DB") else {
+        return;
+    };
     let (ledger, _clock) = open_at(std::path::Path::new(&db));
-    let Begin::Execute(t) = ledger.begin(&op("op"), 0, &spec("call_1", "pay", r#"{"amount":7}"#)).unwrap() else {
+    let Begin::Execute(t) = ledger
+        .begin(&op("op"), 0, &spec("call_1", "pay", r#"{"amount":7}"#))
+        .unwrap()
+    else {
         std::process::exit(3)
     };
-    ledger.record_external_id(&t.execution_id, "pay_123").unwrap();
+    ledger
+        .record_external_id(&t.execution_id, "pay_123")
+        .unwrap();
     std::process::abort();
 }
 
@@ -117,7 +161,12 @@ fn a_child_process_that_dies_while_executing_is_recovered_as_unknown() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.db");
     let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_process_begins_and_aborts", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_process_begins_and_aborts",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("TOOLLEDGER_CHILD_DB", &db)
         .status()
         .unwrap();
@@ -132,7 +181,10 @@ fn a_child_process_that_dies_while_executing_is_recovered_as_unknown() {
     let Resolved::Committed(r) = ledger
         .resolve_unknown(
             &pending[0].execution_id,
-            Resolution::Found { result_json: r#"{"paid":7}"#.into(), external_id: Some("pay_123".into()) },
+            Resolution::Found {
+                result_json: r#"{"paid":7}"#.into(),
+                external_id: Some("pay_123".into()),
+            },
         )
         .unwrap()
     else {
@@ -140,7 +192,9 @@ fn a_child_process_that_dies_while_executing_is_recovered_as_unknown() {
     };
     assert_eq!(r.external_id.as_deref(), Some("pay_123"));
     assert!(matches!(
-        ledger.begin(&op("op"), 0, &spec("call_1", "pay", r#"{"amount":7}"#)).unwrap(),
+        ledger
+            .begin(&op("op"), 0, &spec("call_1", "pay", r#"{"amount":7}"#))
+            .unwrap(),
         Begin::Replay(_)
     ));
 }
@@ -150,12 +204,24 @@ fn unknown_outcome_resolved_absent_is_failed_and_not_retried() {
     let dir = tempfile::tempdir().unwrap();
     let (ledger, _clock) = open_at(&dir.path().join("l.db"));
     let s = spec("c", "wire", r#"{"amount":1}"#);
-    let Begin::Execute(t) = ledger.begin(&op("op"), 0, &s).unwrap() else { panic!() };
-    ledger.mark_outcome_unknown(&t.execution_id, "timeout").unwrap();
-    assert!(matches!(ledger.begin(&op("op"), 0, &s).unwrap(), Begin::Reconcile(_)));
+    let Begin::Execute(t) = ledger.begin(&op("op"), 0, &s).unwrap() else {
+        panic!()
+    };
+    ledger
+        .mark_outcome_unknown(&t.execution_id, "timeout")
+        .unwrap();
+    assert!(matches!(
+        ledger.begin(&op("op"), 0, &s).unwrap(),
+        Begin::Reconcile(_)
+    ));
     assert_eq!(
         ledger
-            .resolve_unknown(&t.execution_id, Resolution::NotFoundAbandon { reason: "user chose".into() })
+            .resolve_unknown(
+                &t.execution_id,
+                Resolution::NotFoundAbandon {
+                    reason: "user chose".into()
+                }
+            )
             .unwrap(),
         Resolved::Failed
     );
@@ -170,13 +236,24 @@ fn retryable_failure_runs_again_under_the_same_key() {
     let dir = tempfile::tempdir().unwrap();
     let (ledger, _clock) = open_at(&dir.path().join("l.db"));
     let s = spec("c", "email", r#"{"n":1}"#);
-    let Begin::Execute(t1) = ledger.begin(&op("op"), 0, &s).unwrap() else { panic!() };
-    ledger.fail_before_commit(&t1.execution_id, "http 503", true).unwrap();
-    let Begin::Execute(t2) = ledger.begin(&op("op"), 0, &s).unwrap() else { panic!() };
+    let Begin::Execute(t1) = ledger.begin(&op("op"), 0, &s).unwrap() else {
+        panic!()
+    };
+    ledger
+        .fail_before_commit(&t1.execution_id, "http 503", true)
+        .unwrap();
+    let Begin::Execute(t2) = ledger.begin(&op("op"), 0, &s).unwrap() else {
+        panic!()
+    };
     assert_eq!(t2.downstream_key, t1.downstream_key);
     assert_eq!(t2.attempt, 2);
-    ledger.fail_before_commit(&t2.execution_id, "http 400", false).unwrap();
-    assert!(matches!(ledger.begin(&op("op"), 0, &s).unwrap(), Begin::Failed { .. }));
+    ledger
+        .fail_before_commit(&t2.execution_id, "http 400", false)
+        .unwrap();
+    assert!(matches!(
+        ledger.begin(&op("op"), 0, &s).unwrap(),
+        Begin::Failed { .. }
+    ));
     let log = ledger.get(&t1.execution_id).unwrap().unwrap();
     assert_eq!(log.attempt_count, 2);
 }

@@ -10,13 +10,19 @@ use toolledger::model::ExecutionStatus;
 fn replay_returns_the_stored_result_byte_for_byte_and_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (ledger, _clock) = open_at(&dir.path().join("l.db"));
-    let s = spec("call_1", "send_email", r#"{"to":"a@example.com","body":"Grüße 👋"}"#);
+    let s = spec(
+        "call_1",
+        "send_email",
+        r#"{"to":"a@example.com","body":"Grüße 👋"}"#,
+    );
     let Begin::Execute(ticket) = ledger.begin(&op("op_1"), 0, &s).unwrap() else {
         panic!("first begin must execute")
     };
     // Deliberately non-canonical result text: replay must not re-serialise it.
     let result = "{ \"id\" : \"msg_9\",\n \"amount\": 1.50 }";
-    ledger.commit(&ticket.execution_id, result, Some("msg_9")).unwrap();
+    ledger
+        .commit(&ticket.execution_id, result, Some("msg_9"))
+        .unwrap();
 
     let mut executes = 0;
     for _ in 0..5 {
@@ -31,7 +37,9 @@ fn replay_returns_the_stored_result_byte_for_byte_and_runs_nothing() {
     }
     assert_eq!(executes, 0);
     // Still replays after delivery and after reopening the file.
-    ledger.mark_delivered(&[ticket.execution_id.clone()]).unwrap();
+    ledger
+        .mark_delivered(&[ticket.execution_id.clone()])
+        .unwrap();
     drop(ledger);
     let (ledger, _clock) = open_at(&dir.path().join("l.db"));
     let rec = ledger.get(&ticket.execution_id).unwrap().unwrap();
@@ -48,9 +56,14 @@ fn equivalent_json_is_the_same_call() {
     let (ledger, _c) = support::open_at(&tempfile::tempdir().unwrap().keep().join("l.db"));
     let a = spec("c", "pay", r#"{"b":1,"a":2.0}"#);
     let b = spec("c", "pay", r#"{ "a": 2, "b": 1 }"#);
-    let Begin::Execute(t) = ledger.begin(&op("o"), 0, &a).unwrap() else { panic!() };
+    let Begin::Execute(t) = ledger.begin(&op("o"), 0, &a).unwrap() else {
+        panic!()
+    };
     ledger.commit(&t.execution_id, "{}", None).unwrap();
-    assert!(matches!(ledger.begin(&op("o"), 0, &b).unwrap(), Begin::Replay(_)));
+    assert!(matches!(
+        ledger.begin(&op("o"), 0, &b).unwrap(),
+        Begin::Replay(_)
+    ));
 }
 
 #[test]
@@ -59,19 +72,30 @@ fn same_id_with_different_arguments_is_a_conflict_with_both_digests() {
     let (ledger, _clock) = open_at(&dir.path().join("l.db"));
     let first = spec("call_1", "pay", r#"{"amount":10}"#);
     let changed = spec("call_1", "pay", r#"{"amount":1000}"#);
-    let Begin::Execute(t) = ledger.begin(&op("op"), 2, &first).unwrap() else { panic!() };
+    let Begin::Execute(t) = ledger.begin(&op("op"), 2, &first).unwrap() else {
+        panic!()
+    };
     // Conflict while executing …
     match ledger.begin(&op("op"), 2, &changed).unwrap() {
-        Begin::Conflict { execution_id, stored_digest, new_digest } => {
+        Begin::Conflict {
+            execution_id,
+            stored_digest,
+            new_digest,
+        } => {
             assert_eq!(execution_id, t.execution_id);
             assert_eq!(stored_digest, t.args_digest);
             assert_ne!(new_digest, stored_digest);
         }
         other => panic!("unexpected {other:?}"),
     }
-    ledger.commit(&t.execution_id, r#"{"paid":10}"#, Some("pay_1")).unwrap();
+    ledger
+        .commit(&t.execution_id, r#"{"paid":10}"#, Some("pay_1"))
+        .unwrap();
     // … and after commit; the stored record is untouched.
-    assert!(matches!(ledger.begin(&op("op"), 2, &changed).unwrap(), Begin::Conflict { .. }));
+    assert!(matches!(
+        ledger.begin(&op("op"), 2, &changed).unwrap(),
+        Begin::Conflict { .. }
+    ));
     let rec = ledger.get(&t.execution_id).unwrap().unwrap();
     assert_eq!(rec.status, ExecutionStatus::Committed);
     assert_eq!(rec.args_json, r#"{"amount":10}"#);
@@ -84,7 +108,11 @@ fn parallel_calls_in_one_round_get_distinct_ids_and_keys() {
     let (ledger, _clock) = open_at(&dir.path().join("l.db"));
     let mut calls = Vec::new();
     for i in 0..8u32 {
-        let mut c = call(&format!("call_{i}"), "send_email", &format!(r#"{{"n":{i}}}"#));
+        let mut c = call(
+            &format!("call_{i}"),
+            "send_email",
+            &format!(r#"{{"n":{i}}}"#),
+        );
         c.position = i;
         calls.push(CallSpec::new(c, 1));
     }
@@ -96,14 +124,19 @@ fn parallel_calls_in_one_round_get_distinct_ids_and_keys() {
     let mut ids = std::collections::HashSet::new();
     let mut keys = std::collections::HashSet::new();
     for a in &answers {
-        let Begin::Execute(t) = a else { panic!("{a:?}") };
+        let Begin::Execute(t) = a else {
+            panic!("{a:?}")
+        };
         ids.insert(t.execution_id.clone());
         keys.insert(t.downstream_key.clone());
     }
     assert_eq!(ids.len(), 9);
     assert_eq!(keys.len(), 9);
     let listed = ledger.list(&op("op")).unwrap();
-    assert_eq!(listed.iter().map(|r| r.position).collect::<Vec<_>>(), (0..9).collect::<Vec<_>>());
+    assert_eq!(
+        listed.iter().map(|r| r.position).collect::<Vec<_>>(),
+        (0..9).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -111,8 +144,12 @@ fn a_regenerated_round_is_new_executions_not_a_replay() {
     let dir = tempfile::tempdir().unwrap();
     let (ledger, _clock) = open_at(&dir.path().join("l.db"));
     let s = spec("call_1", "send_email", r#"{"to":"a@example.com"}"#);
-    let Begin::Execute(t) = ledger.begin(&op("op"), 1, &s).unwrap() else { panic!() };
-    ledger.commit(&t.execution_id, r#"{"sent":1}"#, None).unwrap();
+    let Begin::Execute(t) = ledger.begin(&op("op"), 1, &s).unwrap() else {
+        panic!()
+    };
+    ledger
+        .commit(&t.execution_id, r#"{"sent":1}"#, None)
+        .unwrap();
     // The model regenerated its turn: round 2, even with the same provider id
     // and arguments, is a new execution that runs.
     match ledger.begin(&op("op"), 2, &s).unwrap() {
@@ -128,8 +165,12 @@ fn a_regenerated_round_is_new_executions_not_a_replay() {
 fn ids_with_separators_do_not_collide() {
     let dir = tempfile::tempdir().unwrap();
     let (ledger, _clock) = open_at(&dir.path().join("l.db"));
-    let a = ledger.begin(&op("a:round_0:x"), 0, &spec("y", "t", "{}")).unwrap();
-    let b = ledger.begin(&op("a"), 0, &spec("x:round_0:y", "t", "{}")).unwrap();
+    let a = ledger
+        .begin(&op("a:round_0:x"), 0, &spec("y", "t", "{}"))
+        .unwrap();
+    let b = ledger
+        .begin(&op("a"), 0, &spec("x:round_0:y", "t", "{}"))
+        .unwrap();
     assert!(matches!(a, Begin::Execute(_)));
     assert!(matches!(b, Begin::Execute(_)));
     assert_ne!(a.execution_id(), b.execution_id());
