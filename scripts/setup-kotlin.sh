@@ -29,9 +29,10 @@
 #       (kotlinc adds kotlin-stdlib itself; no -include-runtime needed)
 #   java -cp "out.jar:$JNA_JAR:$KOTLIN_STDLIB:$KOTLIN_COROUTINES:$KOTLIN_TEST" \
 #        -Djna.library.path=/dir/with/libtoolledger.so  MainKt
-#   (LD_LIBRARY_PATH=/dir also works for JNA.) kotlinc takes ~10-15 s even for
-#   a tiny file on this 2-core machine (JVM + compiler start-up), so compile
-#   all Kotlin tests in ONE kotlinc invocation.
+#   (LD_LIBRARY_PATH=/dir also works for JNA; kotlin-stdlib MUST be on the
+#   runtime classpath, else NoClassDefFoundError kotlin/jvm/functions/...).
+#   kotlinc takes ~7-20 s even for a tiny file on this 2-core machine (JVM +
+#   compiler start-up dominate), so compile all Kotlin tests in ONE invocation.
 #
 # Options:  --check           force the smoke test
 #           --print-env-file  print only the env file path (for `source $(...)`)
@@ -130,7 +131,7 @@ mv -f "$tmp_env" "$ENV_FILE"
 SMOKE="$CACHE/kotlin-smoke"
 stamp="$SMOKE/ok-$KOTLIN_VERSION"
 if [ "$force_check" = 1 ] || [ ! -f "$stamp" ]; then
-  log "smoke test: compiling a tiny Kotlin file (kotlinc is slow, ~10-15 s)"
+  log "smoke test: compiling a tiny Kotlin file (kotlinc is slow, ~7-20 s)"
   rm -rf "$SMOKE"; mkdir -p "$SMOKE"
   cat > "$SMOKE/Smoke.kt" <<'EOF'
 import com.sun.jna.Library
@@ -174,7 +175,7 @@ fi
 if [ "$print_env_only" = 1 ]; then
   echo "$ENV_FILE"
 else
-  log "kotlinc: $("$KOTLINC" -version 2>&1 | grep -o 'kotlinc-jvm [^ ]*' || echo "$KOTLIN_VERSION")"
+  log "kotlinc-jvm $(tr -d '[:space:]' < "$KOTLIN_HOME/build.txt") ($KOTLINC)"
   log "env file: $ENV_FILE"
   cat "$ENV_FILE"
 fi

@@ -39,6 +39,7 @@ mod answers;
 mod begin;
 mod clock;
 mod error;
+mod jobs;
 mod session;
 mod steps;
 
@@ -51,6 +52,7 @@ pub use answers::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, Result};
+pub use jobs::{JobApplied, JobUpdate};
 
 use crate::model::{
     ExecutionId, ExecutionRecord, ExecutionStatus, JsonLimits, OperationId, SessionId, Transition,
@@ -278,6 +280,29 @@ impl Ledger {
             .map_err(|e| Error::Session(e.kind().to_string()))?;
         self.store.resume()?;
         self.recover()
+    }
+
+    /// Operations with their status, newest first, at most `limit`.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn operations(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<(OperationId, crate::model::OperationStatus)>> {
+        self.store.read(|dao| Ok(dao.operations(limit)?))
+    }
+
+    /// The transition log of one execution, oldest first:
+    /// `(from status, to status, transition, attempt)`.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn transitions(
+        &self,
+        id: &ExecutionId,
+    ) -> Result<Vec<(Option<String>, String, String, u32)>> {
+        self.store.read(|dao| Ok(dao.transitions_of(id)?))
     }
 
     /// Counts for the inspector.

