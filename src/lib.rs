@@ -1,6 +1,8 @@
 //! toolledger: a durable on-device ledger that makes AI tool calls effectively once.
 #![warn(missing_docs)]
 
+pub mod executor;
 pub mod ledger;
 pub mod model;
+pub mod provider;
 pub mod store;

@@ -154,10 +154,6 @@ impl Ledger {
         &self.clock
     }
 
-    pub(crate) fn store(&self) -> &Store {
-        &self.store
-    }
-
     fn now(&self) -> i64 {
         self.clock.now_ms()
     }

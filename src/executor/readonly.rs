@@ -1,0 +1,68 @@
+//! Read-only tools: no records, no syncs, retries inside the call.
+
+use super::tool::{PerformOutcome, ToolDescriptor, ToolHandler, ToolRequest};
+use super::{backoff, CallOutcome, Executor, Result};
+use crate::model::{canonical::canonicalize, ExecutionId, ExecutionIdParts, OperationId, ToolCall};
+
+/// Validates a read-only call and builds its request (nothing is written).
+pub(super) fn prepare(
+    exec: &Executor,
+    op: &OperationId,
+    round: u32,
+    call: &ToolCall,
+    desc: &ToolDescriptor,
+) -> Result<ToolRequest> {
+    let arguments_json = canonicalize(&call.arguments, &exec.ledger().config().json_limits)?;
+    let execution_id = ExecutionId::derive(&ExecutionIdParts {
+        operation: op,
+        round,
+        call_id: &call.call_id,
+        tool_name: &call.tool_name,
+        tool_version: desc.version,
+    })?;
+    Ok(ToolRequest {
+        downstream_key: execution_id.downstream_key(),
+        execution_id,
+        tool_name: call.tool_name.clone(),
+        arguments_json,
+        attempt: 1,
+        item_index: None,
+        external_id: None,
+    })
+}
+
+/// Runs a read-only call, retrying transient failures with backoff.
+pub(super) async fn run(
+    exec: &Executor,
+    tool: &dyn ToolHandler,
+    desc: &ToolDescriptor,
+    mut request: ToolRequest,
+) -> Result<CallOutcome> {
+    let max = exec.config().read_only_max_attempts.max(1);
+    loop {
+        let attempt = request.attempt;
+        let id = request.execution_id.clone();
+        let outcome = exec.perform_guarded(tool, &desc.name, request.clone()).await;
+        let (reason, transient) = match outcome {
+            PerformOutcome::Committed { result_json, external_id } => {
+                return Ok(CallOutcome::Completed {
+                    execution_id: id,
+                    result_json: super::protocol::storable_result(
+                        result_json,
+                        &exec.ledger().config().json_limits,
+                    ),
+                    external_id,
+                    replayed: false,
+                })
+            }
+            PerformOutcome::FailedBeforeCommit { reason, retryable } => (reason, retryable),
+            PerformOutcome::Unknown { reason } => (reason, true),
+            PerformOutcome::JobStarted { .. } => ("a read-only tool cannot start a job".to_owned(), false),
+        };
+        if !transient || attempt >= max {
+            return Ok(CallOutcome::Failed { execution_id: id, reason, retryable: transient });
+        }
+        tokio::time::sleep(backoff(exec.config(), attempt, id.as_str())).await;
+        request.attempt = attempt + 1;
+    }
+}

@@ -1,0 +1,215 @@
+//! The tool contract: what a tool declares and what it is asked to do.
+//!
+//! A [`ToolHandler`] is implemented by the app (in Rust, or in Swift, Kotlin
+//! or Python through the bindings). Its arguments are owned and its answers
+//! are values, so the same trait can be a UniFFI foreign trait.
+
+use async_trait::async_trait;
+
+use crate::model::{DownstreamKey, ExecutionId};
+
+/// Whether a tool changes the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EffectClass {
+    /// No durable side effect (weather, search): no records, no syncs; the
+    /// executor retries transient errors inside the same call.
+    ReadOnly,
+    /// A durable side effect (email, payment): the full protocol.
+    SideEffect,
+}
+
+/// How a side-effecting tool's arguments map to downstream commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchMode {
+    /// One commit boundary for the whole call (also: an atomic batch that the
+    /// downstream commits in one transaction).
+    Atomic,
+    /// The arguments are an object with an `items` array; each item is its
+    /// own commit with its own key `<execution id>#item_<n>` and its own
+    /// durable completion record, so a crash after item 3 resumes at item 4.
+    Independent,
+}
+
+/// What a tool declares about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolDescriptor {
+    /// The name the model calls it by.
+    pub name: String,
+    /// Contract version: part of the identity and of the digest.
+    pub version: u32,
+    /// Read-only or side-effecting.
+    pub effect: EffectClass,
+    /// The downstream deduplicates requests by our idempotency key.
+    pub idempotency_key: bool,
+    /// The tool can look an effect up downstream (by key, reference, tag).
+    pub lookup: bool,
+    /// A human must approve the exact arguments first.
+    pub requires_approval: bool,
+    /// Batch behaviour.
+    pub batch: BatchMode,
+}
+
+impl ToolDescriptor {
+    /// A read-only tool.
+    pub fn read_only(name: impl Into<String>, version: u32) -> ToolDescriptor {
+        ToolDescriptor {
+            name: name.into(),
+            version,
+            effect: EffectClass::ReadOnly,
+            idempotency_key: false,
+            lookup: false,
+            requires_approval: false,
+            batch: BatchMode::Atomic,
+        }
+    }
+
+    /// A side-effecting tool; set the capability fields as needed.
+    pub fn side_effect(name: impl Into<String>, version: u32) -> ToolDescriptor {
+        ToolDescriptor {
+            effect: EffectClass::SideEffect,
+            ..ToolDescriptor::read_only(name, version)
+        }
+    }
+}
+
+/// One attempt (or one lookup) of one execution.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ToolRequest {
+    /// The execution (for read-only tools: the id it would have).
+    pub execution_id: ExecutionId,
+    /// The idempotency key to send downstream (item key for batch items).
+    pub downstream_key: DownstreamKey,
+    /// Tool name.
+    pub tool_name: String,
+    /// Canonical arguments (for a batch item: the item's JSON).
+    pub arguments_json: String,
+    /// Attempt number, from 1.
+    pub attempt: u32,
+    /// The batch item index, for independent batches.
+    pub item_index: Option<u32>,
+    /// The downstream's id for the effect, if an earlier attempt learnt it.
+    pub external_id: Option<String>,
+}
+
+impl std::fmt::Debug for ToolRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolRequest")
+            .field("execution_id", &self.execution_id)
+            .field("attempt", &self.attempt)
+            .field("item_index", &self.item_index)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one `perform` did.
+#[derive(Clone, PartialEq, Eq)]
+pub enum PerformOutcome {
+    /// The effect committed downstream; this is its result.
+    Committed {
+        /// Result JSON for the model.
+        result_json: String,
+        /// The downstream's id for the effect.
+        external_id: Option<String>,
+    },
+    /// The downstream accepted a background job; its completion arrives
+    /// later by polling or webhook.
+    JobStarted {
+        /// The downstream's job id.
+        job_id: String,
+    },
+    /// Provably not committed (refused, validation error, never sent).
+    FailedBeforeCommit {
+        /// Why (no argument values).
+        reason: String,
+        /// Whether trying again may succeed.
+        retryable: bool,
+    },
+    /// The request may have reached the downstream (timeout, dropped
+    /// connection, 5xx after send).
+    Unknown {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl std::fmt::Debug for PerformOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PerformOutcome::Committed { .. } => f.write_str("Committed"),
+            PerformOutcome::JobStarted { .. } => f.write_str("JobStarted"),
+            PerformOutcome::FailedBeforeCommit { reason, retryable } => {
+                write!(f, "FailedBeforeCommit({reason}, retryable={retryable})")
+            }
+            PerformOutcome::Unknown { reason } => write!(f, "Unknown({reason})"),
+        }
+    }
+}
+
+/// What a `lookup` found downstream.
+#[derive(Clone, PartialEq, Eq)]
+pub enum LookupOutcome {
+    /// The effect exists; this is its result.
+    Found {
+        /// Result JSON for the model.
+        result_json: String,
+        /// The downstream's id for it.
+        external_id: Option<String>,
+    },
+    /// Provably absent.
+    NotFound,
+    /// This tool cannot look effects up.
+    Unsupported,
+}
+
+impl std::fmt::Debug for LookupOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LookupOutcome::Found { .. } => "Found",
+            LookupOutcome::NotFound => "NotFound",
+            LookupOutcome::Unsupported => "Unsupported",
+        })
+    }
+}
+
+/// A tool failed in a way it could not classify (transport error, crash in
+/// the tool's own code). For a side-effecting tool this is an unknown
+/// outcome, never a failure: the request may have reached the downstream.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tool error: {message}")]
+pub struct ToolError {
+    /// What happened (no argument values).
+    pub message: String,
+}
+
+impl ToolError {
+    /// A tool error with this message.
+    pub fn new(message: impl Into<String>) -> ToolError {
+        ToolError {
+            message: message.into(),
+        }
+    }
+}
+
+/// A tool the executor can run.
+#[async_trait]
+pub trait ToolHandler: Send + Sync {
+    /// What the tool is and what its downstream offers.
+    fn descriptor(&self) -> ToolDescriptor;
+
+    /// Runs one attempt. Must send `request.downstream_key` as the
+    /// idempotency key when the downstream supports one.
+    async fn perform(&self, request: ToolRequest) -> Result<PerformOutcome, ToolError>;
+
+    /// Looks the effect of `request` up downstream (reconciliation).
+    async fn lookup(&self, request: ToolRequest) -> Result<LookupOutcome, ToolError> {
+        let _ = request;
+        Ok(LookupOutcome::Unsupported)
+    }
+
+    /// A human-readable preview of the arguments for an approval prompt
+    /// (e.g. `{"amount":"12.50 EUR","to":"Bob"}`); `None` shows nothing.
+    fn approval_preview(&self, arguments_json: &str) -> Option<String> {
+        let _ = arguments_json;
+        None
+    }
+}
