@@ -16,7 +16,10 @@ struct Email {
 #[async_trait]
 impl ToolHandler for Email {
     fn descriptor(&self) -> ToolDescriptor {
-        ToolDescriptor { idempotency_key: true, ..ToolDescriptor::side_effect("send_email", 1) }
+        ToolDescriptor {
+            idempotency_key: true,
+            ..ToolDescriptor::side_effect("send_email", 1)
+        }
     }
     async fn perform(&self, req: ToolRequest) -> Result<PerformOutcome, ToolError> {
         let n = self.sent.fetch_add(1, Ordering::SeqCst) + 1;
@@ -31,24 +34,45 @@ impl ToolHandler for Email {
 }
 
 fn executor() -> Executor {
-    let ledger = Ledger::open_in_memory(LedgerConfig::default(), Arc::new(ManualClock::new(0))).unwrap();
+    let ledger =
+        Ledger::open_in_memory(LedgerConfig::default(), Arc::new(ManualClock::new(0))).unwrap();
     Executor::new(
         Arc::new(ledger),
-        ExecutorConfig { backoff_base: std::time::Duration::from_millis(1), ..ExecutorConfig::default() },
+        ExecutorConfig {
+            backoff_base: std::time::Duration::from_millis(1),
+            ..ExecutorConfig::default()
+        },
     )
 }
 
 #[tokio::test]
 async fn execute_then_replay() {
     let exec = executor();
-    let tool = Arc::new(Email { sent: AtomicU32::new(0), fail_first_with_unknown: false });
+    let tool = Arc::new(Email {
+        sent: AtomicU32::new(0),
+        fail_first_with_unknown: false,
+    });
     exec.register(tool.clone()).unwrap();
     let op = OperationId::new("op").unwrap();
     let call = ToolCall::custom("c1", "send_email", r#"{"to":"x"}"#);
     let first = exec.execute(&op, 0, call.clone()).await.unwrap();
-    let CallOutcome::Completed { replayed: false, result_json, .. } = &first else { panic!("{first:?}") };
+    let CallOutcome::Completed {
+        replayed: false,
+        result_json,
+        ..
+    } = &first
+    else {
+        panic!("{first:?}")
+    };
     let again = exec.execute(&op, 0, call).await.unwrap();
-    let CallOutcome::Completed { replayed: true, result_json: r2, .. } = &again else { panic!("{again:?}") };
+    let CallOutcome::Completed {
+        replayed: true,
+        result_json: r2,
+        ..
+    } = &again
+    else {
+        panic!("{again:?}")
+    };
     assert_eq!(result_json, r2);
     assert_eq!(tool.sent.load(Ordering::SeqCst), 1);
     assert_eq!(exec.metrics().replays, 1);
@@ -57,17 +81,33 @@ async fn execute_then_replay() {
 #[tokio::test]
 async fn transport_error_with_key_support_retries_under_the_same_key() {
     let exec = executor();
-    let tool = Arc::new(Email { sent: AtomicU32::new(0), fail_first_with_unknown: true });
+    let tool = Arc::new(Email {
+        sent: AtomicU32::new(0),
+        fail_first_with_unknown: true,
+    });
     exec.register(tool.clone()).unwrap();
     let op = OperationId::new("op").unwrap();
-    let out = exec.execute(&op, 0, ToolCall::custom("c1", "send_email", "{}")).await.unwrap();
-    let CallOutcome::Completed { .. } = out else { panic!("{out:?}") };
+    let out = exec
+        .execute(&op, 0, ToolCall::custom("c1", "send_email", "{}"))
+        .await
+        .unwrap();
+    let CallOutcome::Completed { .. } = out else {
+        panic!("{out:?}")
+    };
     let rec = exec.ledger().get(out.execution_id()).unwrap().unwrap();
     assert_eq!(rec.attempt_count, 2);
     let log = exec.ledger().transitions(out.execution_id()).unwrap();
-    let moves: Vec<_> = log.iter().map(|(_, to, t, a)| format!("{t}->{to}@{a}")).collect();
+    let moves: Vec<_> = log
+        .iter()
+        .map(|e| format!("{}->{}@{}", e.transition, e.to, e.attempt))
+        .collect();
     assert_eq!(
         moves,
-        ["start->executing@1", "mark_unknown->outcome_unknown@1", "retry->executing@2", "commit->committed@2"]
+        [
+            "start->executing@1",
+            "mark_unknown->outcome_unknown@1",
+            "retry->executing@2",
+            "commit->committed@2"
+        ]
     );
 }

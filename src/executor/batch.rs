@@ -21,7 +21,11 @@ fn items_of(args_json: &str, limits: &crate::model::JsonLimits) -> Option<Vec<St
     let items = value.get("items")?.as_array()?;
     items
         .iter()
-        .map(|item| serde_json::to_string(item).ok().and_then(|t| canonicalize(&t, limits).ok()))
+        .map(|item| {
+            serde_json::to_string(item)
+                .ok()
+                .and_then(|t| canonicalize(&t, limits).ok())
+        })
         .collect()
 }
 
@@ -38,7 +42,10 @@ pub(super) async fn perform_items(
     let limits = ledger.config().json_limits;
     let Some(items) = items_of(&ticket.args_json, &limits) else {
         if reconcile {
-            return Ok(Step::Done(unknown(&id, "batch arguments have no items array")));
+            return Ok(Step::Done(unknown(
+                &id,
+                "batch arguments have no items array",
+            )));
         }
         let reason = "batch arguments have no \"items\" array";
         ledger.fail_before_commit(&id, reason, false)?;
@@ -75,21 +82,40 @@ pub(super) async fn perform_items(
                 let mut found = false;
                 if desc.lookup {
                     match tool.lookup(request.clone()).await {
-                        Ok(LookupOutcome::Found { result_json, external_id }) => {
+                        Ok(LookupOutcome::Found {
+                            result_json,
+                            external_id,
+                        }) => {
                             let result = storable_result(result_json, &limits);
-                            ledger.record_batch_item(&id, index, &result, external_id.as_deref())?;
+                            ledger.record_batch_item(
+                                &id,
+                                index,
+                                &result,
+                                external_id.as_deref(),
+                            )?;
                             done.insert(index, result);
                             found = true;
                         }
                         Ok(LookupOutcome::NotFound) => {}
                         Ok(LookupOutcome::Unsupported) if desc.idempotency_key => {}
                         Ok(LookupOutcome::Unsupported) => {
-                            return Ok(Step::Done(unknown(&id, "batch item outcome unknown and cannot be looked up")))
+                            return Ok(Step::Done(unknown(
+                                &id,
+                                "batch item outcome unknown and cannot be looked up",
+                            )))
                         }
-                        Err(e) => return Ok(Step::Done(unknown(&id, &format!("lookup failed: {}", e.message)))),
+                        Err(e) => {
+                            return Ok(Step::Done(unknown(
+                                &id,
+                                &format!("lookup failed: {}", e.message),
+                            )))
+                        }
                     }
                 } else if !desc.idempotency_key {
-                    return Ok(Step::Done(unknown(&id, "batch item outcome unknown; the downstream has no key or lookup")));
+                    return Ok(Step::Done(unknown(
+                        &id,
+                        "batch item outcome unknown; the downstream has no key or lookup",
+                    )));
                 }
                 if found {
                     continue;
@@ -97,7 +123,10 @@ pub(super) async fn perform_items(
             }
             // More items must run: a new attempt under the same item keys.
             if ticket.attempt >= exec.config().max_attempts {
-                return Ok(Step::Done(unknown(&id, "batch item not found downstream and no attempts left; resolve it")));
+                return Ok(Step::Done(unknown(
+                    &id,
+                    "batch item not found downstream and no attempts left; resolve it",
+                )));
             }
             match ledger.resolve_unknown(&id, Resolution::NotFoundRetry)? {
                 Resolved::Retry(t) => ticket = t,
@@ -105,15 +134,23 @@ pub(super) async fn perform_items(
             }
             unknown_state = false;
         }
-        let request = ToolRequest { attempt: ticket.attempt, ..request };
+        let request = ToolRequest {
+            attempt: ticket.attempt,
+            ..request
+        };
         match exec.perform_guarded(tool, &desc.name, request).await {
-            PerformOutcome::Committed { result_json, external_id } => {
+            PerformOutcome::Committed {
+                result_json,
+                external_id,
+            } => {
                 let result = storable_result(result_json, &limits);
                 ledger.record_batch_item(&id, index, &result, external_id.as_deref())?;
                 done.insert(index, result);
             }
             PerformOutcome::JobStarted { .. } => {
-                let outcome = PerformOutcome::Unknown { reason: "a batch item started a background job".into() };
+                let outcome = PerformOutcome::Unknown {
+                    reason: "a batch item started a background job".into(),
+                };
                 return exec.after_perform(desc, ticket, outcome).await;
             }
             other => return exec.after_perform(desc, ticket, other).await,

@@ -8,8 +8,22 @@ use std::time::Duration;
 
 /// Latency buckets in microseconds (upper bounds); the last is open-ended.
 const BUCKETS_US: [u64; 16] = [
-    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
-    1_000_000, 5_000_000, u64::MAX,
+    50,
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    5_000_000,
+    u64::MAX,
 ];
 
 #[derive(Debug, Default, Clone)]
@@ -21,7 +35,10 @@ struct Histogram {
 
 impl Histogram {
     fn record(&mut self, us: u64) {
-        let i = BUCKETS_US.iter().position(|b| us <= *b).unwrap_or(BUCKETS_US.len() - 1);
+        let i = BUCKETS_US
+            .iter()
+            .position(|b| us <= *b)
+            .unwrap_or(BUCKETS_US.len() - 1);
         if let Some(c) = self.counts.get_mut(i) {
             *c += 1;
         }
@@ -118,7 +135,11 @@ impl Metrics {
         bump(&self.outcome_unknown);
     }
     pub(crate) fn reconciled(&self, found: bool) {
-        bump(if found { &self.reconciled_found } else { &self.reconciled_not_found });
+        bump(if found {
+            &self.reconciled_found
+        } else {
+            &self.reconciled_not_found
+        });
     }
     pub(crate) fn reconcile_failed(&self) {
         bump(&self.reconcile_failures);
@@ -150,14 +171,18 @@ impl Metrics {
                     .map(|(tool, h)| LatencySummary {
                         tool: tool.clone(),
                         count: h.total,
-                        mean_us: if h.total == 0 { 0 } else { h.sum_us / h.total },
+                        mean_us: h.sum_us.checked_div(h.total).unwrap_or(0),
                         p50_us: h.quantile(0.5),
                         p99_us: h.quantile(0.99),
                     })
                     .collect()
             })
             .unwrap_or_default();
-        let (replays, in_flight, conflicts) = (get(&self.replays), get(&self.in_flight), get(&self.conflicts));
+        let (replays, in_flight, conflicts) = (
+            get(&self.replays),
+            get(&self.in_flight),
+            get(&self.conflicts),
+        );
         MetricsSnapshot {
             attempts: get(&self.attempts),
             replays,

@@ -45,14 +45,14 @@ pub use error::{Error, Result};
 pub use metrics::{LatencySummary, Metrics, MetricsSnapshot};
 pub use outcome::CallOutcome;
 pub use tool::{
-    BatchMode, EffectClass, LookupOutcome, PerformOutcome, ToolDescriptor, ToolError,
-    ToolHandler, ToolRequest,
+    BatchMode, EffectClass, LookupOutcome, PerformOutcome, ToolDescriptor, ToolError, ToolHandler,
+    ToolRequest,
 };
 
-use crate::ledger::{
-    Begin, CallSpec, JobApplied, JobUpdate, Ledger, Resolution, Resolved,
+use crate::ledger::{Begin, CallSpec, JobApplied, JobUpdate, Ledger, Resolution, Resolved};
+use crate::model::{
+    ArgsDigest, ExecutionId, ExecutionStatus, OperationId, OperationStatus, ToolCall,
 };
-use crate::model::{ArgsDigest, ExecutionId, ExecutionStatus, OperationId, OperationStatus, ToolCall};
 
 /// How the executor retries and times out.
 #[derive(Debug, Clone)]
@@ -170,7 +170,12 @@ impl Executor {
     /// [`Error::UnknownTool`] (nothing recorded), ledger errors (bad JSON or
     /// ids: nothing recorded; storage failures: no tool runs without its
     /// durable intent).
-    pub async fn execute(&self, op: &OperationId, round: u32, call: ToolCall) -> Result<CallOutcome> {
+    pub async fn execute(
+        &self,
+        op: &OperationId,
+        round: u32,
+        call: ToolCall,
+    ) -> Result<CallOutcome> {
         let mut out = self.execute_round(op, round, vec![call]).await?;
         out.pop()
             .ok_or_else(|| Error::Internal("round produced no outcome".into()))
@@ -210,10 +215,21 @@ impl Executor {
                 });
             }
         }
-        let mut begins = self.inner.ledger.begin_round(op, round, &specs)?.into_iter();
-        let semaphore = Arc::new(tokio::sync::Semaphore::new(self.inner.config.max_parallel.max(1)));
+        let mut begins = self
+            .inner
+            .ledger
+            .begin_round(op, round, &specs)?
+            .into_iter();
+        let semaphore = Arc::new(tokio::sync::Semaphore::new(
+            self.inner.config.max_parallel.max(1),
+        ));
         let mut set = tokio::task::JoinSet::new();
-        for (index, ((tool, desc), ro)) in tools.into_iter().zip(descriptors).zip(prepared_read_only).enumerate() {
+        for (index, ((tool, desc), ro)) in tools
+            .into_iter()
+            .zip(descriptors)
+            .zip(prepared_read_only)
+            .enumerate()
+        {
             let this = self.clone();
             let permit_source = semaphore.clone();
             let job: Job = match ro {
@@ -227,7 +243,9 @@ impl Executor {
             set.spawn(async move {
                 let _permit = permit_source.acquire_owned().await;
                 let out = match job {
-                    Job::ReadOnly(request) => readonly::run(&this, tool.as_ref(), &desc, request).await,
+                    Job::ReadOnly(request) => {
+                        readonly::run(&this, tool.as_ref(), &desc, request).await
+                    }
                     Job::Begin(begin) => this.drive(tool.as_ref(), &desc, begin).await,
                 };
                 (index, out)
@@ -287,7 +305,9 @@ impl Executor {
         let tool = self.tool(&rec.tool_name)?;
         let desc = tool.descriptor();
         let begin = match rec.status {
-            ExecutionStatus::Approved | ExecutionStatus::FailedBeforeCommit if rec.retryable != Some(false) => {
+            ExecutionStatus::Approved | ExecutionStatus::FailedBeforeCommit
+                if rec.retryable != Some(false) =>
+            {
                 Begin::Execute(self.inner.ledger.mark_executing(id)?)
             }
             _ => protocol::begin_for_record(self, &rec)?,
@@ -310,7 +330,9 @@ impl Executor {
             let tool = self.tool(&rec.tool_name)?;
             let desc = tool.descriptor();
             let begin = match rec.status {
-                ExecutionStatus::Approved => Begin::Execute(self.inner.ledger.mark_executing(&rec.execution_id)?),
+                ExecutionStatus::Approved => {
+                    Begin::Execute(self.inner.ledger.mark_executing(&rec.execution_id)?)
+                }
                 _ => protocol::begin_for_record(self, &rec)?,
             };
             out.push(self.drive(tool.as_ref(), &desc, begin).await?);
@@ -324,7 +346,11 @@ impl Executor {
     ///
     /// # Errors
     /// Ledger errors.
-    pub async fn resolve_unknown(&self, id: &ExecutionId, resolution: Resolution) -> Result<CallOutcome> {
+    pub async fn resolve_unknown(
+        &self,
+        id: &ExecutionId,
+        resolution: Resolution,
+    ) -> Result<CallOutcome> {
         match self.inner.ledger.resolve_unknown(id, resolution)? {
             Resolved::Committed(r) => Ok(CallOutcome::Completed {
                 execution_id: r.execution_id,
@@ -340,7 +366,8 @@ impl Executor {
                     .ok_or_else(|| crate::ledger::Error::NotFound(id.clone()))?;
                 let tool = self.tool(&rec.tool_name)?;
                 let desc = tool.descriptor();
-                self.drive(tool.as_ref(), &desc, Begin::Execute(ticket)).await
+                self.drive(tool.as_ref(), &desc, Begin::Execute(ticket))
+                    .await
             }
             Resolved::Failed => {
                 let rec = self.inner.ledger.get(id)?;
@@ -365,7 +392,10 @@ impl Executor {
         id: &ExecutionId,
         update: &JobUpdate,
     ) -> Result<JobApplied> {
-        let applied = self.inner.ledger.ingest_webhook(source, event_id, id, update)?;
+        let applied = self
+            .inner
+            .ledger
+            .ingest_webhook(source, event_id, id, update)?;
         if applied == JobApplied::DuplicateEvent {
             self.inner.metrics.duplicate_webhook();
         }
@@ -401,9 +431,10 @@ enum Job {
 /// that many clients retrying together spread out. The random half is derived
 /// from the execution id and the clock, so it needs no RNG dependency.
 pub(crate) fn backoff(config: &ExecutorConfig, attempt: u32, salt: &str) -> Duration {
-    let exp = config
-        .backoff_base
-        .saturating_mul(1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX));
+    let exp = config.backoff_base.saturating_mul(
+        1u32.checked_shl(attempt.saturating_sub(1))
+            .unwrap_or(u32::MAX),
+    );
     let ceiling = exp.min(config.backoff_max);
     let half = ceiling / 2;
     let nanos = std::time::SystemTime::now()
@@ -434,10 +465,14 @@ mod tests {
             ..ExecutorConfig::default()
         };
         for attempt in 1..=10u32 {
-            let ceiling = (Duration::from_millis(100) * 2u32.pow(attempt.min(20) - 1)).min(Duration::from_millis(1000));
+            let ceiling = (Duration::from_millis(100) * 2u32.pow(attempt.min(20) - 1))
+                .min(Duration::from_millis(1000));
             for salt in ["a", "b", "c", "dd"] {
                 let d = backoff(&config, attempt, salt);
-                assert!(d >= ceiling / 2 && d <= ceiling, "attempt {attempt}: {d:?} vs {ceiling:?}");
+                assert!(
+                    d >= ceiling / 2 && d <= ceiling,
+                    "attempt {attempt}: {d:?} vs {ceiling:?}"
+                );
             }
         }
         // Huge attempt numbers do not overflow.

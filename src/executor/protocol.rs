@@ -3,8 +3,10 @@
 
 use std::time::Instant;
 
-use super::tool::{BatchMode, LookupOutcome, PerformOutcome, ToolDescriptor, ToolHandler, ToolRequest};
-use super::{batch, backoff, CallOutcome, Executor, Result};
+use super::tool::{
+    BatchMode, LookupOutcome, PerformOutcome, ToolDescriptor, ToolHandler, ToolRequest,
+};
+use super::{backoff, batch, CallOutcome, Executor, Result};
 use crate::ledger::{Begin, Resolution, Resolved, StoredResult, Ticket};
 use crate::model::canonical::write_json_string;
 use crate::model::{ExecutionRecord, ExecutionStatus, JsonLimits};
@@ -77,21 +79,34 @@ impl Executor {
                 tool_name: req.tool_name,
                 args_digest: req.args_digest,
             }),
-            Begin::Conflict { execution_id, stored_digest, new_digest } => {
+            Begin::Conflict {
+                execution_id,
+                stored_digest,
+                new_digest,
+            } => {
                 metrics.conflict();
-                Step::Done(CallOutcome::Conflict { execution_id, stored_digest, new_digest })
+                Step::Done(CallOutcome::Conflict {
+                    execution_id,
+                    stored_digest,
+                    new_digest,
+                })
             }
             Begin::InFlight { execution_id } => {
                 metrics.in_flight();
                 Step::Done(CallOutcome::InFlight { execution_id })
             }
-            Begin::Failed { execution_id, reason } => Step::Done(CallOutcome::Failed {
+            Begin::Failed {
+                execution_id,
+                reason,
+            } => Step::Done(CallOutcome::Failed {
                 execution_id,
                 reason,
                 retryable: false,
             }),
             Begin::Rejected { execution_id } => Step::Done(CallOutcome::Rejected { execution_id }),
-            Begin::Cancelled { execution_id } => Step::Done(CallOutcome::Cancelled { execution_id }),
+            Begin::Cancelled { execution_id } => {
+                Step::Done(CallOutcome::Cancelled { execution_id })
+            }
         };
         // Bounded: every Perform/Reconcile round trip consumes an attempt,
         // and attempts are capped by `max_attempts`.
@@ -99,18 +114,27 @@ impl Executor {
             step = match step {
                 Step::Done(outcome) => return Ok(outcome),
                 Step::Perform(ticket) => match desc.batch {
-                    BatchMode::Independent => batch::perform_items(self, tool, desc, ticket, false).await?,
+                    BatchMode::Independent => {
+                        batch::perform_items(self, tool, desc, ticket, false).await?
+                    }
                     BatchMode::Atomic => self.perform_once(tool, desc, ticket).await?,
                 },
                 Step::Reconcile(ticket) => match desc.batch {
-                    BatchMode::Independent => batch::perform_items(self, tool, desc, ticket, true).await?,
+                    BatchMode::Independent => {
+                        batch::perform_items(self, tool, desc, ticket, true).await?
+                    }
                     BatchMode::Atomic => self.reconcile(tool, desc, ticket).await?,
                 },
             };
         }
     }
 
-    async fn perform_once(&self, tool: &dyn ToolHandler, desc: &ToolDescriptor, ticket: Ticket) -> Result<Step> {
+    async fn perform_once(
+        &self,
+        tool: &dyn ToolHandler,
+        desc: &ToolDescriptor,
+        ticket: Ticket,
+    ) -> Result<Step> {
         let request = ToolRequest {
             execution_id: ticket.execution_id.clone(),
             downstream_key: ticket.downstream_key.clone(),
@@ -134,7 +158,10 @@ impl Executor {
         let ledger = self.ledger();
         let id = &ticket.execution_id;
         Ok(match outcome {
-            PerformOutcome::Committed { result_json, external_id } => {
+            PerformOutcome::Committed {
+                result_json,
+                external_id,
+            } => {
                 let result_json = storable_result(result_json, &ledger.config().json_limits);
                 let stored = ledger.commit(id, &result_json, external_id.as_deref())?;
                 Step::Done(CallOutcome::Completed {
@@ -146,7 +173,10 @@ impl Executor {
             }
             PerformOutcome::JobStarted { job_id } => {
                 ledger.record_job(id, &job_id)?;
-                Step::Done(CallOutcome::Pending { execution_id: id.clone(), job_id })
+                Step::Done(CallOutcome::Pending {
+                    execution_id: id.clone(),
+                    job_id,
+                })
             }
             PerformOutcome::FailedBeforeCommit { reason, retryable } => {
                 ledger.fail_before_commit(id, &reason, retryable)?;
@@ -154,7 +184,11 @@ impl Executor {
                     tokio::time::sleep(backoff(self.config(), ticket.attempt, id.as_str())).await;
                     Step::Perform(ledger.mark_executing(id)?)
                 } else {
-                    Step::Done(CallOutcome::Failed { execution_id: id.clone(), reason, retryable })
+                    Step::Done(CallOutcome::Failed {
+                        execution_id: id.clone(),
+                        reason,
+                        retryable,
+                    })
                 }
             }
             PerformOutcome::Unknown { reason } => {
@@ -166,7 +200,12 @@ impl Executor {
     }
 
     /// Reconcile before replay: lookup, then same-key retry, then surface.
-    async fn reconcile(&self, tool: &dyn ToolHandler, desc: &ToolDescriptor, ticket: Ticket) -> Result<Step> {
+    async fn reconcile(
+        &self,
+        tool: &dyn ToolHandler,
+        desc: &ToolDescriptor,
+        ticket: Ticket,
+    ) -> Result<Step> {
         let ledger = self.ledger();
         let id = ticket.execution_id.clone();
         let attempts_left = ticket.attempt < self.config().max_attempts;
@@ -181,39 +220,62 @@ impl Executor {
                 external_id: ticket.external_id.clone(),
             };
             match tool.lookup(request).await {
-                Ok(LookupOutcome::Found { result_json, external_id }) => {
+                Ok(LookupOutcome::Found {
+                    result_json,
+                    external_id,
+                }) => {
                     self.metrics_sink().reconciled(true);
                     let result_json = storable_result(result_json, &ledger.config().json_limits);
-                    return Ok(match ledger.resolve_unknown(&id, Resolution::Found { result_json, external_id })? {
-                        Resolved::Committed(r) => Step::Done(CallOutcome::Completed {
-                            execution_id: r.execution_id,
-                            result_json: r.result_json,
-                            external_id: r.external_id,
-                            replayed: false,
-                        }),
-                        Resolved::Retry(t) => Step::Perform(t),
-                        Resolved::Failed => Step::Done(unknown(&id, "reconciliation failed")),
-                    });
+                    return Ok(
+                        match ledger.resolve_unknown(
+                            &id,
+                            Resolution::Found {
+                                result_json,
+                                external_id,
+                            },
+                        )? {
+                            Resolved::Committed(r) => Step::Done(CallOutcome::Completed {
+                                execution_id: r.execution_id,
+                                result_json: r.result_json,
+                                external_id: r.external_id,
+                                replayed: false,
+                            }),
+                            Resolved::Retry(t) => Step::Perform(t),
+                            Resolved::Failed => Step::Done(unknown(&id, "reconciliation failed")),
+                        },
+                    );
                 }
                 Ok(LookupOutcome::NotFound) if attempts_left => {
                     self.metrics_sink().reconciled(false);
-                    return Ok(retry(ledger.resolve_unknown(&id, Resolution::NotFoundRetry)?, &id));
+                    return Ok(retry(
+                        ledger.resolve_unknown(&id, Resolution::NotFoundRetry)?,
+                        &id,
+                    ));
                 }
                 Ok(LookupOutcome::NotFound) => {
                     self.metrics_sink().reconciled(false);
-                    return Ok(Step::Done(unknown(&id, "not found downstream and no attempts left; resolve it")));
+                    return Ok(Step::Done(unknown(
+                        &id,
+                        "not found downstream and no attempts left; resolve it",
+                    )));
                 }
                 Ok(LookupOutcome::Unsupported) => {}
                 Err(e) => {
                     self.metrics_sink().reconcile_failed();
-                    return Ok(Step::Done(unknown(&id, &format!("lookup failed: {}", e.message))));
+                    return Ok(Step::Done(unknown(
+                        &id,
+                        &format!("lookup failed: {}", e.message),
+                    )));
                 }
             }
         }
         if desc.idempotency_key && attempts_left {
             // The downstream dedupes by our key: sending it again either
             // returns the original effect or performs it the one time.
-            return Ok(retry(ledger.resolve_unknown(&id, Resolution::NotFoundRetry)?, &id));
+            return Ok(retry(
+                ledger.resolve_unknown(&id, Resolution::NotFoundRetry)?,
+                &id,
+            ));
         }
         let reason = ledger
             .get(&id)?
@@ -224,7 +286,12 @@ impl Executor {
 
     /// Runs `perform` with the timeout and keeps the lease alive meanwhile.
     /// Transport errors and timeouts come back as `Unknown`.
-    pub(super) async fn perform_guarded(&self, tool: &dyn ToolHandler, tool_name: &str, request: ToolRequest) -> PerformOutcome {
+    pub(super) async fn perform_guarded(
+        &self,
+        tool: &dyn ToolHandler,
+        tool_name: &str,
+        request: ToolRequest,
+    ) -> PerformOutcome {
         let ledger = self.ledger().clone();
         let id = request.execution_id.clone();
         let started = Instant::now();
@@ -232,9 +299,11 @@ impl Executor {
         let perform = tool.perform(request);
         tokio::pin!(perform);
         let renew_every = (ledger.config().lease / 3).max(std::time::Duration::from_millis(10));
-        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
+        let mut renew =
+            tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
         let timeout = self.config().perform_timeout;
-        let deadline = tokio::time::sleep(timeout.unwrap_or(std::time::Duration::from_secs(u32::MAX.into())));
+        let deadline =
+            tokio::time::sleep(timeout.unwrap_or(std::time::Duration::from_secs(u32::MAX.into())));
         tokio::pin!(deadline);
         let outcome = loop {
             tokio::select! {
@@ -267,7 +336,10 @@ fn retry(resolved: Resolved, id: &crate::model::ExecutionId) -> Step {
 }
 
 pub(super) fn unknown(id: &crate::model::ExecutionId, reason: &str) -> CallOutcome {
-    CallOutcome::Unknown { execution_id: id.clone(), reason: reason.to_owned() }
+    CallOutcome::Unknown {
+        execution_id: id.clone(),
+        reason: reason.to_owned(),
+    }
 }
 
 /// A committed effect must be recorded even if the tool's result is not

@@ -42,9 +42,14 @@ pub(super) async fn run(
     loop {
         let attempt = request.attempt;
         let id = request.execution_id.clone();
-        let outcome = exec.perform_guarded(tool, &desc.name, request.clone()).await;
+        let outcome = exec
+            .perform_guarded(tool, &desc.name, request.clone())
+            .await;
         let (reason, transient) = match outcome {
-            PerformOutcome::Committed { result_json, external_id } => {
+            PerformOutcome::Committed {
+                result_json,
+                external_id,
+            } => {
                 return Ok(CallOutcome::Completed {
                     execution_id: id,
                     result_json: super::protocol::storable_result(
@@ -57,10 +62,16 @@ pub(super) async fn run(
             }
             PerformOutcome::FailedBeforeCommit { reason, retryable } => (reason, retryable),
             PerformOutcome::Unknown { reason } => (reason, true),
-            PerformOutcome::JobStarted { .. } => ("a read-only tool cannot start a job".to_owned(), false),
+            PerformOutcome::JobStarted { .. } => {
+                ("a read-only tool cannot start a job".to_owned(), false)
+            }
         };
         if !transient || attempt >= max {
-            return Ok(CallOutcome::Failed { execution_id: id, reason, retryable: transient });
+            return Ok(CallOutcome::Failed {
+                execution_id: id,
+                reason,
+                retryable: transient,
+            });
         }
         tokio::time::sleep(backoff(exec.config(), attempt, id.as_str())).await;
         request.attempt = attempt + 1;

@@ -76,7 +76,9 @@ impl Ledger {
         canonicalize(result_json, &self.config.json_limits)?;
         let now = self.now();
         self.store.write(Durability::Full, |dao| {
-            let rec = dao.execution(id)?.ok_or_else(|| Error::NotFound(id.clone()))?;
+            let rec = dao
+                .execution(id)?
+                .ok_or_else(|| Error::NotFound(id.clone()))?;
             if !matches!(
                 rec.status,
                 ExecutionStatus::Executing | ExecutionStatus::OutcomeUnknown
@@ -114,7 +116,8 @@ impl Ledger {
     pub fn record_job(&self, id: &ExecutionId, job_id: &str) -> Result<()> {
         let now = self.now();
         self.store.write(Durability::Full, |dao| {
-            dao.execution(id)?.ok_or_else(|| Error::NotFound(id.clone()))?;
+            dao.execution(id)?
+                .ok_or_else(|| Error::NotFound(id.clone()))?;
             if !dao.set_external_id(id, job_id, now)? {
                 return Err(Error::AlreadyCommitted(id.clone()));
             }
@@ -166,7 +169,9 @@ impl Ledger {
         }
         let now = self.now();
         self.store.write(Durability::Full, |dao| {
-            let rec = dao.execution(id)?.ok_or_else(|| Error::NotFound(id.clone()))?;
+            let rec = dao
+                .execution(id)?
+                .ok_or_else(|| Error::NotFound(id.clone()))?;
             if let Some((source, event_id)) = event {
                 if !dao.insert_webhook_event(source, event_id, id, now)? {
                     return Ok(JobApplied::DuplicateEvent);
@@ -185,9 +190,13 @@ impl Ledger {
                 _ if !open => Ok(JobApplied::AlreadyFinal(rec.status)),
                 JobUpdate::Succeeded { result_json } => {
                     dao.upsert_job(id, &job_id, "succeeded", now)?;
-                    Ok(JobApplied::Committed(
-                        self.commit_in(dao, &rec, result_json, None, now)?,
-                    ))
+                    Ok(JobApplied::Committed(self.commit_in(
+                        dao,
+                        &rec,
+                        result_json,
+                        None,
+                        now,
+                    )?))
                 }
                 JobUpdate::Failed { reason } => {
                     dao.upsert_job(id, &job_id, "failed", now)?;

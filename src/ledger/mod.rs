@@ -289,15 +289,11 @@ impl Ledger {
         self.store.read(|dao| Ok(dao.operations(limit)?))
     }
 
-    /// The transition log of one execution, oldest first:
-    /// `(from status, to status, transition, attempt)`.
+    /// The transition log of one execution, oldest first.
     ///
     /// # Errors
     /// Storage errors.
-    pub fn transitions(
-        &self,
-        id: &ExecutionId,
-    ) -> Result<Vec<(Option<String>, String, String, u32)>> {
+    pub fn transitions(&self, id: &ExecutionId) -> Result<Vec<crate::model::TransitionEntry>> {
         self.store.read(|dao| Ok(dao.transitions_of(id)?))
     }
 

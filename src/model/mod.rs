@@ -15,7 +15,7 @@ pub use digest::{digest_arguments, CanonicalArgs};
 pub use ids::{
     ArgsDigest, DownstreamKey, ExecutionId, ExecutionIdParts, IdError, OperationId, SessionId,
 };
-pub use record::ExecutionRecord;
+pub use record::{ExecutionRecord, TransitionEntry};
 pub use status::{
     check_transition, ExecutionStatus, InvalidTransition, OperationStatus, Transition,
 };

@@ -68,3 +68,20 @@ impl std::fmt::Debug for ExecutionRecord {
             .finish_non_exhaustive()
     }
 }
+
+/// One entry of an execution's append-only transition log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransitionEntry {
+    /// The status before (`None` for the creation of the record).
+    pub from: Option<ExecutionStatus>,
+    /// The status after.
+    pub to: ExecutionStatus,
+    /// The move's name (`prepare`, `start`, `retry`, `commit`, …).
+    pub transition: String,
+    /// The attempt number at that moment.
+    pub attempt: u32,
+    /// Why (failures, unknown outcomes), never argument values.
+    pub reason: Option<String>,
+    /// When, ms since the Unix epoch.
+    pub at_ms: i64,
+}

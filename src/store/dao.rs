@@ -11,7 +11,7 @@ use rusqlite::{named_params, params, OptionalExtension, Row, Transaction};
 use super::error::{Error, Result};
 use crate::model::{
     ArgsDigest, DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus, OperationId,
-    OperationStatus, Provider, SessionId, Transition,
+    OperationStatus, Provider, SessionId, Transition, TransitionEntry,
 };
 
 /// Queries over one open transaction.
@@ -442,20 +442,31 @@ impl<'a> Dao<'a> {
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
-    /// The transition log of one execution: `(from, to, transition, attempt)`.
+    /// The transition log of one execution, oldest first.
     ///
     /// # Errors
     /// Storage errors.
-    pub fn transitions_of(
-        &self,
-        id: &ExecutionId,
-    ) -> Result<Vec<(Option<String>, String, String, u32)>> {
+    pub fn transitions_of(&self, id: &ExecutionId) -> Result<Vec<TransitionEntry>> {
         let mut stmt = self.tx.prepare_cached(
-            "SELECT from_status, to_status, transition, attempt FROM transitions
+            "SELECT from_status, to_status, transition, attempt, reason, at_ms FROM transitions
              WHERE execution_id = ?1 ORDER BY seq",
         )?;
         let rows = stmt.query_map([id.as_str()], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            let from: Option<String> = r.get(0)?;
+            let to: String = r.get(1)?;
+            Ok(TransitionEntry {
+                from: match from {
+                    Some(f) => {
+                        Some(ExecutionStatus::parse(&f).ok_or_else(|| bad(0, "unknown status"))?)
+                    }
+                    None => None,
+                },
+                to: ExecutionStatus::parse(&to).ok_or_else(|| bad(1, "unknown status"))?,
+                transition: r.get(2)?,
+                attempt: r.get(3)?,
+                reason: r.get(4)?,
+                at_ms: r.get(5)?,
+            })
         })?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
@@ -521,7 +532,14 @@ impl<'a> Dao<'a> {
                     external_id, committed_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT(execution_id, item_index) DO NOTHING",
             )?
-            .execute(params![id.as_str(), index, item_key.as_str(), result_json, external_id, now_ms])?;
+            .execute(params![
+                id.as_str(),
+                index,
+                item_key.as_str(),
+                result_json,
+                external_id,
+                now_ms
+            ])?;
         Ok(changed == 1)
     }
 
@@ -542,7 +560,13 @@ impl<'a> Dao<'a> {
     ///
     /// # Errors
     /// Storage errors.
-    pub fn upsert_job(&self, id: &ExecutionId, job_id: &str, state: &str, now_ms: i64) -> Result<()> {
+    pub fn upsert_job(
+        &self,
+        id: &ExecutionId,
+        job_id: &str,
+        state: &str,
+        now_ms: i64,
+    ) -> Result<()> {
         self.tx
             .prepare_cached(
                 "INSERT INTO jobs (execution_id, job_id, state, updated_ms) VALUES (?1, ?2, ?3, ?4)
