@@ -230,3 +230,165 @@ fn connect(location: &Location, options: &StoreOptions) -> Result<Connection> {
     schema::migrate(&mut conn)?;
     Ok(conn)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        ArgsDigest, ExecutionId, ExecutionStatus, OperationId, Provider, SessionId, Transition,
+    };
+
+    fn seed(store: &Store) -> ExecutionId {
+        let op = OperationId::new("op").unwrap();
+        let id = ExecutionId::parse("op:round_0:c:t:v1").unwrap();
+        let digest = ArgsDigest::parse("a".repeat(64)).unwrap();
+        let session = SessionId::generate();
+        store
+            .write(Durability::Full, |dao| {
+                dao.ensure_operation(&op, 1)?;
+                dao.ensure_round(&op, 0, 1)?;
+                dao.insert_execution(
+                    &NewExecution {
+                        execution_id: &id,
+                        operation_id: &op,
+                        round: 0,
+                        position: 0,
+                        provider: Provider::Custom,
+                        provider_call_id: "c",
+                        tool_name: "t",
+                        tool_version: 1,
+                        args_digest: &digest,
+                        args_json: "{}",
+                        downstream_key: &id.downstream_key(),
+                        requires_approval: false,
+                        status: ExecutionStatus::Executing,
+                        attempt_count: 1,
+                        owner_session: Some(&session),
+                        lease_deadline_ms: Some(10),
+                        compensates: None,
+                        now_ms: 1,
+                    },
+                    &session,
+                )?;
+                dao.move_status(
+                    &id,
+                    ExecutionStatus::Executing,
+                    Transition::Commit,
+                    ExecutionStatus::Committed,
+                    &StatusFields {
+                        result_json: Some("{\"r\":1}"),
+                        ..StatusFields::default()
+                    },
+                    &session,
+                    2,
+                )
+            })
+            .unwrap();
+        id
+    }
+
+    #[test]
+    fn the_schema_refuses_to_downgrade_a_committed_execution() {
+        let store = Store::open_in_memory().unwrap();
+        let id = seed(&store);
+        let session = SessionId::generate();
+        // Bypass the transition table on purpose: the trigger is the last guard.
+        let err = store
+            .write(Durability::Full, |dao| {
+                dao.move_status(
+                    &id,
+                    ExecutionStatus::Committed,
+                    Transition::FailBeforeCommit,
+                    ExecutionStatus::FailedBeforeCommit,
+                    &StatusFields::default(),
+                    &session,
+                    3,
+                )
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::Guard(ref m) if m.contains("cannot be downgraded")),
+            "{err:?}"
+        );
+        let rec = store.read(|dao| dao.execution(&id)).unwrap().unwrap();
+        assert_eq!(rec.status, ExecutionStatus::Committed);
+        assert_eq!(rec.result_json.as_deref(), Some("{\"r\":1}"));
+    }
+
+    #[test]
+    fn a_guarded_move_from_the_wrong_status_changes_nothing() {
+        let store = Store::open_in_memory().unwrap();
+        let id = seed(&store);
+        let moved = store
+            .write(Durability::Full, |dao| {
+                dao.move_status(
+                    &id,
+                    ExecutionStatus::Executing,
+                    Transition::MarkUnknown,
+                    ExecutionStatus::OutcomeUnknown,
+                    &StatusFields::default(),
+                    &SessionId::generate(),
+                    3,
+                )
+            })
+            .unwrap();
+        assert!(!moved);
+        let log = store.read(|dao| dao.transitions_of(&id)).unwrap();
+        assert_eq!(log.len(), 2, "no log entry for a move that did not happen");
+    }
+
+    #[test]
+    fn a_failed_write_rolls_back_everything() {
+        let store = Store::open_in_memory().unwrap();
+        let op = OperationId::new("op2").unwrap();
+        let r: Result<()> = store.write(Durability::Full, |dao| {
+            dao.ensure_operation(&op, 1)?;
+            Err(Error::InvalidData("abort".into()))
+        });
+        assert!(r.is_err());
+        assert_eq!(store.read(|dao| dao.operation_status(&op)).unwrap(), None);
+    }
+
+    #[test]
+    fn lazy_writes_restore_full_synchronous() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db"), StoreOptions::default()).unwrap();
+        let op = OperationId::new("op").unwrap();
+        store
+            .write(Durability::Lazy, |dao| {
+                dao.ensure_operation(&op, 1).map(|_| ())
+            })
+            .unwrap();
+        let guard = store.lock().unwrap();
+        let conn = guard.as_ref().unwrap();
+        let sync: i64 = conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(sync, 2, "FULL");
+        let fk: i64 = conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(fk, 1);
+    }
+
+    #[test]
+    fn suspended_stores_refuse_work_until_resumed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Store::open(&path, StoreOptions::default()).unwrap();
+        store.suspend().unwrap();
+        assert!(store.is_suspended());
+        // The WAL was checkpointed and truncated: the main file holds everything.
+        let wal = std::fs::metadata(dir.path().join("s.db-wal"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert_eq!(wal, 0);
+        let op = OperationId::new("op").unwrap();
+        assert!(matches!(
+            store.read(|dao| dao.operation_status(&op)),
+            Err(Error::Suspended)
+        ));
+        store.resume().unwrap();
+        assert_eq!(store.read(|dao| dao.operation_status(&op)).unwrap(), None);
+    }
+}
