@@ -1,6 +1,7 @@
 //! toolledger: a durable on-device ledger that makes AI tool calls effectively once.
 #![warn(missing_docs)]
 
+pub mod crashpoint;
 pub mod executor;
 pub mod ledger;
 pub mod model;

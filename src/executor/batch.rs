@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use super::protocol::{storable_result, unknown, Step};
 use super::tool::{LookupOutcome, PerformOutcome, ToolDescriptor, ToolHandler, ToolRequest};
 use super::{CallOutcome, Executor, Result};
+use crate::crashpoint::{self, CrashPoint};
 use crate::ledger::{Resolution, Resolved, Ticket};
 use crate::model::canonical::canonicalize;
 
@@ -166,6 +167,7 @@ pub(super) async fn perform_items(
     }
     result.push_str("]}");
     let stored = ledger.commit(&id, &result, None)?;
+    crashpoint::hit(CrashPoint::AfterLocalCommit);
     Ok(Step::Done(CallOutcome::Completed {
         execution_id: stored.execution_id,
         result_json: stored.result_json,

@@ -7,6 +7,7 @@ use super::tool::{
     BatchMode, LookupOutcome, PerformOutcome, ToolDescriptor, ToolHandler, ToolRequest,
 };
 use super::{backoff, batch, CallOutcome, Executor, Result};
+use crate::crashpoint::{self, CrashPoint};
 use crate::ledger::{Begin, Resolution, Resolved, StoredResult, Ticket};
 use crate::model::canonical::write_json_string;
 use crate::model::{ExecutionRecord, ExecutionStatus, JsonLimits};
@@ -73,12 +74,14 @@ impl Executor {
                     replayed: true,
                 })
             }
-            Begin::NeedsApproval(req) => Step::Done(CallOutcome::NeedsApproval {
+            Begin::NeedsApproval(req) => Step::Done({
+                crashpoint::hit(CrashPoint::AfterPrepared);
+                CallOutcome::NeedsApproval {
                 preview_json: tool.approval_preview(&req.args_json),
                 execution_id: req.execution_id,
                 tool_name: req.tool_name,
                 args_digest: req.args_digest,
-            }),
+            }}),
             Begin::Conflict {
                 execution_id,
                 stored_digest,
@@ -144,6 +147,7 @@ impl Executor {
             item_index: None,
             external_id: ticket.external_id.clone(),
         };
+        crashpoint::hit(CrashPoint::BeforeRequest);
         let outcome = self.perform_guarded(tool, &desc.name, request).await;
         self.after_perform(desc, ticket, outcome).await
     }
@@ -162,8 +166,10 @@ impl Executor {
                 result_json,
                 external_id,
             } => {
+                crashpoint::hit(CrashPoint::AfterRemoteCommit);
                 let result_json = storable_result(result_json, &ledger.config().json_limits);
                 let stored = ledger.commit(id, &result_json, external_id.as_deref())?;
+                crashpoint::hit(CrashPoint::AfterLocalCommit);
                 Step::Done(CallOutcome::Completed {
                     execution_id: stored.execution_id,
                     result_json: stored.result_json,
