@@ -20,8 +20,34 @@
 # private mount namespace (unshare -m) when available, and are always unmounted
 # by a trap. Needs root.
 #
-# Options: --rebuild  delete the cached chroot and build it again
-#          --check    only verify (exit 1 if the chroot is not ready)
+# Options: --rebuild   delete the cached chroot and build it again
+#          --check     only verify (exit 1 if the chroot is not ready)
+#          --selftest  after setup, prove the toolchain in a temp dir: a host-built
+#                      C .so used from Swift via swiftc and via `swift test`
+#
+# Verified recipe for `swift test` against a prebuilt shared library (this is
+# what the UniFFI bindings need: toolledgerFFI.h + toolledgerFFI.modulemap +
+# toolledger.swift, Rust cdylib libtoolledger.so):
+#   Package.swift:  .systemLibrary(name: "toolledgerFFI", path: "Sources/toolledgerFFI")
+#                   with Sources/toolledgerFFI/{toolledgerFFI.h, module.modulemap}
+#                   (the generated toolledgerFFI.modulemap copied to the name
+#                   module.modulemap; UniFFI's has no `link` line, its `use "Darwin"`
+#                   lines are harmless on Linux), a Swift target holding
+#                   toolledger.swift that depends on it, and a testTarget.
+#   Link the .so, either on the command line (package stays path-free):
+#     swift test --disable-swift-testing -Xlinker -L$LIB -Xlinker -ltoolledger \
+#                -Xlinker -rpath -Xlinker $LIB
+#   or in Package.swift on the Swift target:
+#     linkerSettings: [.linkedLibrary("toolledger"),
+#                      .unsafeFlags(["-L\(libDir)", "-Xlinker", "-rpath", "-Xlinker", libDir])]
+#     with libDir from Context.environment[...] or "\(Context.packageDirectory)/..".
+#   Without the rpath, set LD_LIBRARY_PATH=$LIB for `swift test` instead.
+#   $LIB must be visible inside the chroot: bind a dir that contains both the
+#   package and $LIB (e.g. the repo), or add it to SWIFT_CHROOT_EXTRA_BINDS.
+#   --disable-swift-testing drops swift-testing's trailing "0 tests passed" line.
+# swiftc directly: swiftc main.swift -module-cache-path /abs/mcache \
+#   -Xcc -fmodule-map-file=/abs/toolledgerFFI.modulemap -L/abs/lib -ltoolledger
+#   (absolute paths; the modulemap may keep its generated name here).
 set -euo pipefail
 
 CHROOT="${TOOLLEDGER_SWIFT_CHROOT:-/var/cache/toolledger/swift-trixie}"
@@ -29,10 +55,11 @@ SUITE=trixie
 PACKAGES="swiftlang libc6-dev ca-certificates"
 MARKER="$CHROOT/.toolledger-swift-ready"
 
-rebuild=0; check_only=0
+rebuild=0; check_only=0; selftest=0
 for arg in "$@"; do
   case "$arg" in
     --rebuild) rebuild=1 ;;
+    --selftest) selftest=1 ;;
     --check) check_only=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "setup-swift-chroot.sh: unknown argument: $arg" >&2; exit 2 ;;
@@ -44,9 +71,63 @@ log() { echo "setup-swift-chroot: $*" >&2; }
 
 ready() { [ -f "$MARKER" ] && head -n1 "$MARKER" | grep -qxF "packages: $PACKAGES"; }
 
+run_selftest() { # host-built C .so used from swiftc and from `swift test`
+  local here t d rc=0
+  here="$(cd "$(dirname "$0")" && pwd)"
+  d="$(mktemp -d /tmp/toolledger-swift-selftest.XXXXXX)"
+  [ -n "$d" ] && [ -d "$d" ] || { log "mktemp failed"; return 1; }
+  mkdir -p "$d/lib" "$d/pkg/Sources/tlfooFFI" "$d/pkg/Sources/TLFoo" "$d/pkg/Tests/TLFooTests"
+  printf '#pragma once\n#include <stdint.h>\nint32_t tlfoo_add(int32_t a, int32_t b);\n' \
+    > "$d/pkg/Sources/tlfooFFI/tlfooFFI.h"
+  printf '#include "tlfooFFI.h"\nint32_t tlfoo_add(int32_t a, int32_t b) { return a + b; }\n' > "$d/lib/foo.c"
+  gcc -shared -fPIC -I"$d/pkg/Sources/tlfooFFI" -o "$d/lib/libtlfoo.so" "$d/lib/foo.c"
+  # UniFFI-style module map: no `link` line, `use "Darwin"` included.
+  printf 'module tlfooFFI {\n    header "tlfooFFI.h"\n    export *\n    use "Darwin"\n}\n' \
+    > "$d/pkg/Sources/tlfooFFI/module.modulemap"
+  cat > "$d/pkg/Package.swift" <<'EOF'
+// swift-tools-version:5.9
+import PackageDescription
+let package = Package(
+  name: "TLFoo",
+  targets: [
+    .systemLibrary(name: "tlfooFFI", path: "Sources/tlfooFFI"),
+    .target(name: "TLFoo", dependencies: ["tlfooFFI"]),
+    .testTarget(name: "TLFooTests", dependencies: ["TLFoo"]),
+  ]
+)
+EOF
+  printf 'import tlfooFFI\npublic func add(_ a: Int32, _ b: Int32) -> Int32 { tlfoo_add(a, b) }\n' \
+    > "$d/pkg/Sources/TLFoo/TLFoo.swift"
+  cat > "$d/pkg/Tests/TLFooTests/TLFooTests.swift" <<'EOF'
+import XCTest
+import TLFoo
+final class TLFooTests: XCTestCase {
+  func testAdd() { XCTAssertEqual(add(40, 2), 42) }
+  func testAsync() async { let v = await Task.detached { add(1, 2) }.value; XCTAssertEqual(v, 3) }
+}
+EOF
+  printf 'import tlfooFFI\nprecondition(tlfoo_add(40, 2) == 42)\nprint("swiftc + C .so OK")\n' > "$d/main.swift"
+  local L="-Xlinker -L$d/lib -Xlinker -ltlfoo -Xlinker -rpath -Xlinker $d/lib"
+  t=$(date +%s)
+  "$here/swift-in-chroot.sh" "$d" "swiftc $d/main.swift -module-cache-path $d/mcache \
+      -Xcc -fmodule-map-file=$d/pkg/Sources/tlfooFFI/module.modulemap -L$d/lib -ltlfoo -o $d/main \
+      && LD_LIBRARY_PATH=$d/lib $d/main" >&2 || rc=1
+  "$here/swift-in-chroot.sh" "$d" "cd $d/pkg && swift build $L && swift test --disable-swift-testing $L" \
+    > "$d/test.log" 2>&1 || rc=1
+  grep -E 'Build complete|Executed' "$d/test.log" | tail -n 2 >&2
+  if [ "$rc" = 0 ]; then
+    log "selftest OK ($(( $(date +%s) - t )) s)"
+  else
+    log "selftest FAILED:"; tail -n 40 "$d/test.log" >&2
+  fi
+  rm -rf --one-file-system "$d"
+  return "$rc"
+}
+
 if [ "$rebuild" = 0 ] && ready; then
   log "chroot ready at $CHROOT"
   sed -n '2,$p' "$MARKER" >&2
+  if [ "$selftest" = 1 ]; then run_selftest; fi
   exit 0
 fi
 if [ "$check_only" = 1 ]; then
@@ -140,3 +221,4 @@ cleanup_mounts
 { echo "packages: $PACKAGES"; echo "suite: $SUITE mirror: $MIRROR built: $(date -u +%FT%TZ)"; echo "$swift_version"; } > "$MARKER"
 log "chroot ready at $CHROOT (total $(( $(date +%s) - t_all )) s)"
 sed -n '2,$p' "$MARKER" >&2
+if [ "$selftest" = 1 ]; then run_selftest; fi

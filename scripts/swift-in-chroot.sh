@@ -51,10 +51,14 @@ if [ -z "${_TL_SWIFT_UNSHARED:-}" ] && command -v unshare >/dev/null \
 fi
 
 MOUNTED=()
+CREATED=()   # mount-point dirs we created inside the chroot (removed if empty)
 cleanup() {
   local i
   for (( i=${#MOUNTED[@]}-1; i>=0; i-- )); do
     umount "${MOUNTED[$i]}" 2>/dev/null || umount -l "${MOUNTED[$i]}" 2>/dev/null || true
+  done
+  for (( i=${#CREATED[@]}-1; i>=0; i-- )); do
+    rmdir "${CREATED[$i]}" 2>/dev/null || true
   done
 }
 trap cleanup EXIT
@@ -72,7 +76,9 @@ do_mount "$CHROOT/dev" --bind /dev
 if [ -d /dev/pts ]; then do_mount "$CHROOT/dev/pts" --bind /dev/pts; fi
 
 bind_dir() {
-  local d; d="$(realpath -e "$1")"
+  local d p; d="$(realpath -e "$1")"
+  p="$CHROOT$d"
+  while [ ! -e "$p" ]; do CREATED=("$p" "${CREATED[@]}"); p="$(dirname "$p")"; done
   mkdir -p "$CHROOT$d"
   do_mount "$CHROOT$d" --bind "$d"
 }
