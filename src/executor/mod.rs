@@ -215,11 +215,13 @@ impl Executor {
                 });
             }
         }
-        let mut begins = self
-            .inner
-            .ledger
-            .begin_round(op, round, &specs)?
-            .into_iter();
+        // A round of only read-only calls writes nothing (no records, no sync).
+        let begins = if specs.is_empty() {
+            Vec::new()
+        } else {
+            self.inner.ledger.begin_round(op, round, &specs)?
+        };
+        let mut begins = begins.into_iter();
         let semaphore = Arc::new(tokio::sync::Semaphore::new(
             self.inner.config.max_parallel.max(1),
         ));

@@ -10,7 +10,7 @@ use super::{backoff, batch, CallOutcome, Executor, Result};
 use crate::crashpoint::{self, CrashPoint};
 use crate::ledger::{Begin, Resolution, Resolved, StoredResult, Ticket};
 use crate::model::canonical::write_json_string;
-use crate::model::{ExecutionRecord, ExecutionStatus, JsonLimits};
+use crate::model::{ExecutionRecord, ExecutionStatus, JsonLimits, OperationStatus};
 
 /// The next thing to do for one execution.
 pub(super) enum Step {
@@ -188,7 +188,10 @@ impl Executor {
                 ledger.fail_before_commit(id, &reason, retryable)?;
                 if retryable && ticket.attempt < self.config().max_attempts {
                     tokio::time::sleep(backoff(self.config(), ticket.attempt, id.as_str())).await;
-                    Step::Perform(ledger.mark_executing(id)?)
+                    match self.stop_if_cancelled(id)? {
+                        Some(cancelled) => Step::Done(cancelled),
+                        None => Step::Perform(ledger.mark_executing(id)?),
+                    }
                 } else {
                     Step::Done(CallOutcome::Failed {
                         execution_id: id.clone(),
@@ -203,6 +206,29 @@ impl Executor {
                 Step::Reconcile(ticket)
             }
         })
+    }
+
+    /// A provably failed attempt is where a call of a cancelled operation
+    /// stops: if the operation was cancelled while the attempt ran (or
+    /// during the backoff), the execution is cancelled instead of retried.
+    fn stop_if_cancelled(&self, id: &crate::model::ExecutionId) -> Result<Option<CallOutcome>> {
+        let ledger = self.ledger();
+        let Some(rec) = ledger.get(id)? else {
+            return Ok(None);
+        };
+        let op_cancelled = matches!(
+            ledger.operation_status(&rec.operation_id)?,
+            Some(OperationStatus::Cancelled | OperationStatus::CancelledAfterSideEffect)
+        );
+        if !op_cancelled && rec.status != ExecutionStatus::CancelledBeforeCommit {
+            return Ok(None);
+        }
+        // failed_before_commit → cancelled_before_commit, unless
+        // `cancel_operation` already moved it there.
+        ledger.cancel(id)?;
+        Ok(Some(CallOutcome::Cancelled {
+            execution_id: id.clone(),
+        }))
     }
 
     /// Reconcile before replay: lookup, then same-key retry, then surface.

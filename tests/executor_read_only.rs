@@ -1,0 +1,107 @@
+//! Read-only tools against a flaky downstream (row 9 of the executor matrix):
+//! transient 503s are retried with backoff inside the one call, a permanent
+//! outage fails after exactly `read_only_max_attempts` requests, a refusal
+//! is not retried, and none of it leaves a record in the ledger.
+
+#[path = "support/downstream.rs"]
+mod downstream;
+
+use std::sync::Arc;
+
+use downstream::{fast_config, Behaviour, Downstream, HttpTool, Kind};
+use toolledger::executor::{CallOutcome, Executor, ExecutorConfig, ToolDescriptor};
+use toolledger::ledger::{Ledger, LedgerConfig};
+use toolledger::model::{OperationId, ToolCall};
+
+fn executor(dir: &tempfile::TempDir, config: ExecutorConfig) -> Executor {
+    let ledger = Ledger::open(&dir.path().join("l.db"), LedgerConfig::default()).unwrap();
+    Executor::new(Arc::new(ledger), config)
+}
+
+fn weather(service: &Downstream) -> Arc<HttpTool> {
+    Arc::new(HttpTool::new(
+        ToolDescriptor::read_only("weather", 1),
+        Kind::Read,
+        service,
+    ))
+}
+
+fn op() -> OperationId {
+    OperationId::new("op_read").unwrap()
+}
+
+fn assert_no_records(exec: &Executor) {
+    assert!(exec.ledger().list(&op()).unwrap().is_empty());
+    assert!(
+        exec.ledger().operations(10).unwrap().is_empty(),
+        "a read-only round writes nothing, not even its operation"
+    );
+}
+
+#[tokio::test]
+async fn transient_unavailability_is_retried_inside_the_call_without_any_record() {
+    let service = Downstream::start(Behaviour {
+        read_unavailable: 2,
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let exec = executor(&dir, fast_config());
+    exec.register(weather(&service)).unwrap();
+
+    let call = ToolCall::custom("call_1", "weather", r#"{"city":"Oslo"}"#);
+    let out = exec.execute(&op(), 0, call).await.unwrap();
+    let CallOutcome::Completed {
+        result_json,
+        replayed: false,
+        ..
+    } = &out
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(result_json, r#"{"city":"Oslo","temp_c":21}"#);
+    assert_eq!(service.requests().len(), 3);
+    assert_eq!(exec.metrics().attempts, 3);
+    assert_no_records(&exec);
+}
+
+#[tokio::test]
+async fn a_permanent_outage_fails_after_exactly_read_only_max_attempts_requests() {
+    let service = Downstream::start(Behaviour {
+        read_always_unavailable: true,
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let exec = executor(
+        &dir,
+        ExecutorConfig {
+            read_only_max_attempts: 4,
+            ..fast_config()
+        },
+    );
+    exec.register(weather(&service)).unwrap();
+
+    let call = ToolCall::custom("call_1", "weather", r#"{"city":"Oslo"}"#);
+    let out = exec.execute(&op(), 0, call).await.unwrap();
+    assert!(matches!(out, CallOutcome::Failed { .. }), "{out:?}");
+    assert_eq!(service.requests().len(), 4);
+    assert_no_records(&exec);
+}
+
+#[tokio::test]
+async fn a_refused_read_is_not_retried() {
+    let service = Downstream::start(Behaviour::default());
+    let dir = tempfile::tempdir().unwrap();
+    let exec = executor(&dir, fast_config());
+    exec.register(weather(&service)).unwrap();
+
+    let call = ToolCall::custom("call_1", "weather", r#"{"city":""}"#);
+    let out = exec.execute(&op(), 0, call).await.unwrap();
+    let CallOutcome::Failed {
+        retryable: false, ..
+    } = &out
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(service.requests().len(), 1);
+    assert_no_records(&exec);
+}
