@@ -77,11 +77,12 @@ impl Executor {
             Begin::NeedsApproval(req) => Step::Done({
                 crashpoint::hit(CrashPoint::AfterPrepared);
                 CallOutcome::NeedsApproval {
-                preview_json: tool.approval_preview(&req.args_json),
-                execution_id: req.execution_id,
-                tool_name: req.tool_name,
-                args_digest: req.args_digest,
-            }}),
+                    preview_json: tool.approval_preview(&req.args_json),
+                    execution_id: req.execution_id,
+                    tool_name: req.tool_name,
+                    args_digest: req.args_digest,
+                }
+            }),
             Begin::Conflict {
                 execution_id,
                 stored_digest,
@@ -208,6 +209,18 @@ impl Executor {
         })
     }
 
+    /// True when the execution's operation was cancelled.
+    fn operation_cancelled(&self, id: &crate::model::ExecutionId) -> Result<bool> {
+        let ledger = self.ledger();
+        let Some(rec) = ledger.get(id)? else {
+            return Ok(false);
+        };
+        Ok(matches!(
+            ledger.operation_status(&rec.operation_id)?,
+            Some(OperationStatus::Cancelled | OperationStatus::CancelledAfterSideEffect)
+        ))
+    }
+
     /// A provably failed attempt is where a call of a cancelled operation
     /// stops: if the operation was cancelled while the attempt ran (or
     /// during the backoff), the execution is cancelled instead of retried.
@@ -240,7 +253,20 @@ impl Executor {
     ) -> Result<Step> {
         let ledger = self.ledger();
         let id = ticket.execution_id.clone();
-        let attempts_left = ticket.attempt < self.config().max_attempts;
+        // A background job the downstream accepted is pending, not unknown:
+        // its completion arrives by polling or webhook.
+        if let Some((job_id, state)) = ledger.job(&id)? {
+            if state != "succeeded" && state != "failed" {
+                return Ok(Step::Done(CallOutcome::Pending {
+                    execution_id: id,
+                    job_id,
+                }));
+            }
+        }
+        // After a cancellation nothing is sent again: only a lookup may
+        // settle the outcome (found → committed; not found → cancelled).
+        let cancelled = self.operation_cancelled(&id)?;
+        let attempts_left = !cancelled && ticket.attempt < self.config().max_attempts;
         if desc.lookup {
             let request = ToolRequest {
                 execution_id: id.clone(),
@@ -283,6 +309,17 @@ impl Executor {
                         ledger.resolve_unknown(&id, Resolution::NotFoundRetry)?,
                         &id,
                     ));
+                }
+                Ok(LookupOutcome::NotFound) if cancelled => {
+                    self.metrics_sink().reconciled(false);
+                    let _failed = ledger.resolve_unknown(
+                        &id,
+                        Resolution::NotFoundAbandon {
+                            reason: "not found downstream after cancellation".into(),
+                        },
+                    )?;
+                    ledger.cancel(&id)?;
+                    return Ok(Step::Done(CallOutcome::Cancelled { execution_id: id }));
                 }
                 Ok(LookupOutcome::NotFound) => {
                     self.metrics_sink().reconciled(false);
