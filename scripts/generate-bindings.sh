@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# generate-bindings.sh — build the cdylib and generate the UniFFI bindings.
+#
+#   scripts/generate-bindings.sh [python|kotlin|swift ...]   (default: all three)
+#
+# Writes bindings/<lang>/generated/ (not committed: bindings/.gitignore) from
+# the library's embedded metadata ("library mode") and uniffi.toml, with the
+# uniffi-bindgen built from this crate (src/bin/uniffi-bindgen.rs), so the
+# generator always matches the uniffi the library was compiled with.
+# For Python the library is copied next to the generated module, which loads
+# it from its own directory.
+#
+# Environment: PROFILE=release (default) or debug: the profile of the library.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PROFILE="${PROFILE:-release}"
+langs=("$@")
+[ ${#langs[@]} -eq 0 ] && langs=(python kotlin swift)
+
+case "$(uname -s)" in
+  Darwin) libfile=libtoolledger.dylib ;;
+  *) libfile=libtoolledger.so ;;
+esac
+
+profile_flag=()
+[ "$PROFILE" = release ] && profile_flag=(--release)
+
+target_dir="$(cargo metadata --no-deps --format-version 1 \
+  | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')"
+
+# The generator is a build tool: the dev profile compiles it much faster.
+# Built first: building it also re-links the library with the `bindgen`
+# feature, and the library built next must be the plain one.
+echo "generate-bindings: building uniffi-bindgen" >&2
+cargo build --features bindgen --bin uniffi-bindgen
+bindgen="${target_dir}/debug/uniffi-bindgen"
+
+echo "generate-bindings: building the cdylib (${PROFILE})" >&2
+cargo build "${profile_flag[@]}" --lib
+lib="${target_dir}/${PROFILE}/${libfile}"
+[ -f "$lib" ] || { echo "generate-bindings: no library at $lib" >&2; exit 1; }
+
+for lang in "${langs[@]}"; do
+  case "$lang" in python|kotlin|swift) ;; *)
+    echo "generate-bindings: unknown language '$lang' (python, kotlin, swift)" >&2; exit 2 ;;
+  esac
+  out="bindings/${lang}/generated"
+  rm -rf "$out"
+  mkdir -p "$out"
+  "$bindgen" generate "$lib" --language "$lang" --out-dir "$out" --no-format
+  if [ "$lang" = python ]; then
+    cp "$lib" "$out/"
+  fi
+  echo "generate-bindings: ${lang} -> ${out}" >&2
+done

@@ -1,0 +1,260 @@
+//! The one public error of the bindings, [`LedgerError`], and the single
+//! `match` that turns every core error into it.
+//!
+//! Only the cases an app acts on get their own variant: fix the input
+//! (`InvalidInput`), look elsewhere (`NotFound`), refresh its view
+//! (`InvalidTransition`, `DigestMismatch`, `AlreadyCommitted`), tell the user
+//! about the device (`Storage`), register the tool (`UnknownTool`), call
+//! `resume()` (`Suspended`) or report a bug (`Internal`). Messages come from
+//! the core's `Display`, which never carries argument or result values.
+
+use crate::executor;
+use crate::ledger;
+use crate::model::{IdError, JsonError};
+use crate::provider::ProviderError;
+use crate::store;
+
+use super::execution::ExecutionStatus;
+
+/// Why a storage operation failed, as far as an app can act on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum StorageKind {
+    /// The disk is full; nothing was written. Free space and retry.
+    DiskFull,
+    /// Another connection held the database lock past the busy timeout. Retry later.
+    Busy,
+    /// SQLite found the file corrupt. The file is left untouched.
+    Corrupt,
+    /// The file is not a toolledger (SQLite) database. It is left untouched.
+    NotADatabase,
+    /// The file was written by a newer toolledger; this build cannot read it.
+    IncompatibleVersion,
+    /// The file or its directory is read-only.
+    ReadOnly,
+    /// The file could not be opened (missing directory, permissions).
+    CannotOpen,
+    /// The session lock files next to the database could not be used.
+    SessionLock,
+    /// Any other storage failure (invalid stored data, a schema guard, SQLite).
+    Other,
+}
+
+/// The error of every fallible exported function and method.
+#[derive(Debug, thiserror::Error, uniffi::Error)]
+pub enum LedgerError {
+    /// Bad input from the app: JSON that is not strict JSON or exceeds the
+    /// limits, an empty or malformed identifier, a malformed provider
+    /// response, a tool registered twice. Nothing was recorded.
+    #[error("invalid input: {message}")]
+    InvalidInput {
+        /// What was wrong (never the input's values).
+        message: String,
+    },
+    /// No execution has this id.
+    #[error("no execution {execution_id}")]
+    NotFound {
+        /// The id that was asked for.
+        execution_id: String,
+    },
+    /// The execution's status does not allow this step (e.g. approving a call
+    /// that already ran). Read it again with `get` to see where it stands.
+    #[error("execution {execution_id}: {transition} is not allowed from {from_status:?}")]
+    InvalidTransition {
+        /// The execution.
+        execution_id: String,
+        /// Its current status.
+        from_status: ExecutionStatus,
+        /// The refused step (`approve`, `start`, `commit`, `compensate` …).
+        transition: String,
+    },
+    /// An approval (or rejection) named other arguments than the recorded
+    /// ones: the user did not see what would run. Nothing was unlocked.
+    #[error("execution {execution_id}: digest {given} does not match the recorded {stored}")]
+    DigestMismatch {
+        /// The execution.
+        execution_id: String,
+        /// Digest of the recorded arguments.
+        stored: String,
+        /// Digest that was supplied.
+        given: String,
+    },
+    /// A different result or external id was offered for an execution that
+    /// already has one; the stored one stands.
+    #[error("execution {execution_id} already committed with a different result")]
+    AlreadyCommitted {
+        /// The execution.
+        execution_id: String,
+    },
+    /// The database could not be used. Nothing was written.
+    #[error("storage ({kind:?}): {message}")]
+    Storage {
+        /// What kind of failure.
+        kind: StorageKind,
+        /// A description (no argument or result values).
+        message: String,
+    },
+    /// No tool with this name is registered with the executor; nothing was
+    /// recorded or run.
+    #[error("no tool named {name} is registered")]
+    UnknownTool {
+        /// The tool name the call asked for.
+        name: String,
+    },
+    /// The ledger is suspended (`suspend()`); call `resume()` first.
+    #[error("the ledger is suspended; call resume() first")]
+    Suspended,
+    /// A bug or an internal failure (a poisoned lock, a failed task).
+    #[error("internal error: {message}")]
+    Internal {
+        /// A description.
+        message: String,
+    },
+}
+
+impl LedgerError {
+    fn invalid(message: impl std::fmt::Display) -> LedgerError {
+        LedgerError::InvalidInput {
+            message: message.to_string(),
+        }
+    }
+}
+
+impl From<store::Error> for LedgerError {
+    fn from(e: store::Error) -> LedgerError {
+        use store::Error as S;
+        let kind = match &e {
+            S::Suspended => return LedgerError::Suspended,
+            S::LockPoisoned => {
+                return LedgerError::Internal {
+                    message: e.to_string(),
+                }
+            }
+            S::DiskFull => StorageKind::DiskFull,
+            S::Busy => StorageKind::Busy,
+            S::Corrupt => StorageKind::Corrupt,
+            S::NotADatabase => StorageKind::NotADatabase,
+            S::IncompatibleVersion { .. } => StorageKind::IncompatibleVersion,
+            S::ReadOnly => StorageKind::ReadOnly,
+            S::CannotOpen => StorageKind::CannotOpen,
+            S::InvalidData(_) | S::Guard(_) | S::Sqlite(_) => StorageKind::Other,
+        };
+        LedgerError::Storage {
+            kind,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<ledger::Error> for LedgerError {
+    fn from(e: ledger::Error) -> LedgerError {
+        use ledger::Error as L;
+        match e {
+            L::Store(s) => s.into(),
+            L::Json(_) | L::Id(_) => LedgerError::invalid(&e),
+            L::NotFound(id) => LedgerError::NotFound {
+                execution_id: id.to_string(),
+            },
+            L::InvalidTransition {
+                execution_id,
+                from,
+                transition,
+            } => LedgerError::InvalidTransition {
+                execution_id: execution_id.to_string(),
+                from_status: from.into(),
+                transition: transition.as_str().to_owned(),
+            },
+            L::DigestMismatch {
+                execution_id,
+                stored,
+                given,
+            } => LedgerError::DigestMismatch {
+                execution_id: execution_id.to_string(),
+                stored: stored.to_string(),
+                given: given.to_string(),
+            },
+            L::AlreadyCommitted(id) => LedgerError::AlreadyCommitted {
+                execution_id: id.to_string(),
+            },
+            // Both are refusals of the caller's request that name no status
+            // the app could act on differently: bad input.
+            L::OperationCancelled(_) | L::NothingToCompensate(_) => LedgerError::invalid(&e),
+            L::Session(_) => LedgerError::Storage {
+                kind: StorageKind::SessionLock,
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+impl From<executor::Error> for LedgerError {
+    fn from(e: executor::Error) -> LedgerError {
+        use executor::Error as X;
+        match e {
+            X::Ledger(l) => l.into(),
+            X::UnknownTool(name) => LedgerError::UnknownTool { name },
+            X::DuplicateTool(_) | X::BatchShape(_) => LedgerError::invalid(&e),
+            X::Internal(message) => LedgerError::Internal { message },
+        }
+    }
+}
+
+impl From<IdError> for LedgerError {
+    fn from(e: IdError) -> LedgerError {
+        LedgerError::invalid(e)
+    }
+}
+
+impl From<JsonError> for LedgerError {
+    fn from(e: JsonError) -> LedgerError {
+        LedgerError::invalid(e)
+    }
+}
+
+impl From<ProviderError> for LedgerError {
+    fn from(e: ProviderError) -> LedgerError {
+        LedgerError::invalid(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ExecutionId;
+
+    #[test]
+    fn storage_errors_keep_their_kind() {
+        let e: LedgerError = ledger::Error::Store(store::Error::NotADatabase).into();
+        assert!(matches!(
+            e,
+            LedgerError::Storage {
+                kind: StorageKind::NotADatabase,
+                ..
+            }
+        ));
+        let e: LedgerError = store::Error::Suspended.into();
+        assert!(matches!(e, LedgerError::Suspended));
+    }
+
+    #[test]
+    fn domain_errors_keep_their_fields() {
+        let id = ExecutionId::parse("op:round_0:c:t:v1").unwrap();
+        let e: LedgerError = executor::Error::Ledger(ledger::Error::InvalidTransition {
+            execution_id: id,
+            from: crate::model::ExecutionStatus::Committed,
+            transition: crate::model::Transition::Approve,
+        })
+        .into();
+        match e {
+            LedgerError::InvalidTransition {
+                execution_id,
+                from_status,
+                transition,
+            } => {
+                assert_eq!(execution_id, "op:round_0:c:t:v1");
+                assert_eq!(from_status, ExecutionStatus::Committed);
+                assert_eq!(transition, "approve");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

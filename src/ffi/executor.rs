@@ -1,0 +1,201 @@
+//! The exported [`ToolExecutor`]: registers foreign tools and runs model tool
+//! calls under the whole protocol (durable intent → perform → durable result,
+//! replay, approval, reconciliation of unknown outcomes).
+//!
+//! Async methods are driven by a tokio runtime inside the library, so they
+//! can be awaited from Swift concurrency, Kotlin coroutines or Python asyncio
+//! without blocking the caller's thread. Python apps must call
+//! `uniffi_set_event_loop(loop)` once, so tools' async `perform` can be
+//! scheduled on their loop from the library's threads.
+
+use std::sync::Arc;
+
+use crate::executor as core;
+use crate::model::{ArgsDigest, ExecutionId, OperationId};
+
+use super::error::LedgerError;
+use super::execution::{JobApplied, JobUpdate, OperationStatus};
+use super::ledger::Ledger;
+use super::outcome::{CallOutcome, ExecutorConfig, MetricsSnapshot};
+use super::records::{Resolution, ToolCall};
+use super::tool::{ForeignTool, ToolHandler};
+
+type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// Runs registered tools under the effectively-once protocol.
+#[derive(Debug, uniffi::Object)]
+pub struct ToolExecutor {
+    inner: core::Executor,
+}
+
+#[uniffi::export]
+impl ToolExecutor {
+    /// An executor over `ledger`, with no tools registered yet.
+    #[uniffi::constructor]
+    pub fn new(ledger: Arc<Ledger>, config: ExecutorConfig) -> Arc<ToolExecutor> {
+        Arc::new(ToolExecutor {
+            inner: core::Executor::new(ledger.inner.clone(), config.into()),
+        })
+    }
+
+    /// Registers a tool under its descriptor's name (the descriptor is read
+    /// now, once).
+    ///
+    /// # Errors
+    /// `InvalidInput` when the name is already registered or `descriptor()`
+    /// threw.
+    pub fn register(&self, tool: Arc<dyn ToolHandler>) -> Result<()> {
+        let adapter = ForeignTool::new(tool).map_err(|e| LedgerError::InvalidInput {
+            message: format!("the tool's descriptor() failed: {e}"),
+        })?;
+        Ok(self.inner.register(Arc::new(adapter))?)
+    }
+
+    /// Counters and latency figures so far.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.inner.metrics().into()
+    }
+
+    /// Applies a webhook event to its execution exactly once (a repeated
+    /// `(source, event_id)` is ignored).
+    ///
+    /// # Errors
+    /// `NotFound`, `InvalidInput` for a result that is not JSON, `Storage`.
+    pub fn ingest_webhook(
+        &self,
+        source: String,
+        event_id: String,
+        execution_id: ExecutionId,
+        update: JobUpdate,
+    ) -> Result<JobApplied> {
+        Ok(self
+            .inner
+            .ingest_webhook(&source, &event_id, &execution_id, &update.into())?
+            .into())
+    }
+
+    /// Applies a background job's state obtained by polling.
+    ///
+    /// # Errors
+    /// As `ingest_webhook`.
+    pub fn record_job_update(
+        &self,
+        execution_id: ExecutionId,
+        update: JobUpdate,
+    ) -> Result<JobApplied> {
+        Ok(self
+            .inner
+            .record_job_update(&execution_id, &update.into())?
+            .into())
+    }
+
+    /// Cancels an operation: calls not yet running are cancelled; a call in
+    /// flight finishes honestly (if it commits, the operation becomes
+    /// `CancelledAfterSideEffect`).
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn cancel_operation(&self, operation_id: OperationId) -> Result<OperationStatus> {
+        Ok(self.inner.cancel_operation(&operation_id)?.into())
+    }
+}
+
+#[uniffi::export(async_runtime = "tokio")]
+impl ToolExecutor {
+    /// Runs one tool call: replays a stored result, asks for approval, or
+    /// runs the tool with a durable intent first and a durable result after.
+    ///
+    /// # Errors
+    /// `UnknownTool` and `InvalidInput` (nothing recorded), `Storage` (no
+    /// tool runs without its durable intent).
+    pub async fn execute(
+        &self,
+        operation_id: OperationId,
+        round: u32,
+        call: ToolCall,
+    ) -> Result<CallOutcome> {
+        Ok(self
+            .inner
+            .execute(&operation_id, round, call.into())
+            .await?
+            .into())
+    }
+
+    /// Runs every call of one model response: begun in one durable
+    /// transaction, run in parallel, outcomes in call order. If any call
+    /// names an unknown tool or has invalid arguments, nothing runs.
+    ///
+    /// # Errors
+    /// As `execute`.
+    pub async fn execute_round(
+        &self,
+        operation_id: OperationId,
+        round: u32,
+        calls: Vec<ToolCall>,
+    ) -> Result<Vec<CallOutcome>> {
+        let calls = calls.into_iter().map(Into::into).collect();
+        let outcomes = self
+            .inner
+            .execute_round(&operation_id, round, calls)
+            .await?;
+        Ok(outcomes.into_iter().map(Into::into).collect())
+    }
+
+    /// Approves a waiting call for exactly `args_digest` and runs it.
+    ///
+    /// # Errors
+    /// `DigestMismatch` (nothing unlocked), `InvalidTransition`, `NotFound`,
+    /// `UnknownTool`.
+    pub async fn approve(
+        &self,
+        execution_id: ExecutionId,
+        args_digest: ArgsDigest,
+        preview_json: Option<String>,
+    ) -> Result<CallOutcome> {
+        Ok(self
+            .inner
+            .approve(&execution_id, &args_digest, preview_json.as_deref())
+            .await?
+            .into())
+    }
+
+    /// Runs an existing execution that may run now (approved, or a retryable
+    /// failure), or reports where it stands.
+    ///
+    /// # Errors
+    /// `NotFound`, `UnknownTool`, `Storage`.
+    pub async fn run_existing(&self, execution_id: ExecutionId) -> Result<CallOutcome> {
+        Ok(self.inner.run_existing(&execution_id).await?.into())
+    }
+
+    /// Call at app start and after resume: runs the ledger's `recover`, then
+    /// reconciles unknown outcomes (lookup / same-key retry, or `Unknown`),
+    /// runs approved calls, replays committed-but-undelivered results and
+    /// reports pending approvals.
+    ///
+    /// # Errors
+    /// `Storage`; `UnknownTool` for an execution whose tool is not registered
+    /// (register every tool before calling this).
+    pub async fn recover(&self) -> Result<Vec<CallOutcome>> {
+        let outcomes = self.inner.recover().await?;
+        Ok(outcomes.into_iter().map(Into::into).collect())
+    }
+
+    /// Resolves an unknown outcome the app settled (e.g. the user checked
+    /// their bank): commit the found result, retry under the same key, or
+    /// record the failure.
+    ///
+    /// # Errors
+    /// `InvalidTransition` unless the outcome is unknown, `NotFound`.
+    pub async fn resolve_unknown(
+        &self,
+        execution_id: ExecutionId,
+        resolution: Resolution,
+    ) -> Result<CallOutcome> {
+        Ok(self
+            .inner
+            .resolve_unknown(&execution_id, resolution.into())
+            .await?
+            .into())
+    }
+}
