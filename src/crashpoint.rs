@@ -80,7 +80,9 @@ mod armed {
 
     fn load_env() {
         FROM_ENV.call_once(|| {
-            let Ok(spec) = std::env::var("TOOLLEDGER_CRASH_AT") else { return };
+            let Ok(spec) = std::env::var("TOOLLEDGER_CRASH_AT") else {
+                return;
+            };
             let (name, nth) = match spec.split_once(':') {
                 Some((n, k)) => (n, k.parse().unwrap_or(1)),
                 None => (spec.as_str(), 1),

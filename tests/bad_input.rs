@@ -200,3 +200,29 @@ fn unknown_ids_and_wrong_steps_are_typed_errors() {
         Err(Error::InvalidTransition { .. })
     ));
 }
+
+#[test]
+fn control_characters_in_an_operation_id_are_refused() {
+    for bad in ["op\0", "op\n1", "\u{7f}"] {
+        assert_eq!(
+            toolledger::model::OperationId::new(bad),
+            Err(IdError::Malformed {
+                component: "operation id"
+            })
+        );
+    }
+}
+
+#[test]
+fn an_absurd_busy_timeout_is_clamped_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LedgerConfig {
+        busy_timeout: std::time::Duration::MAX,
+        ..LedgerConfig::default()
+    };
+    let ledger = Ledger::open(&dir.path().join("l.db"), config).unwrap();
+    assert!(matches!(
+        ledger.begin(&op("op"), 0, &spec("c", "t", "{}")).unwrap(),
+        Begin::Execute(_)
+    ));
+}

@@ -157,3 +157,31 @@ fn compensation_is_a_new_linked_execution_with_its_own_key_and_approval() {
         ExecutionStatus::Committed
     );
 }
+
+#[test]
+fn a_retryable_failure_after_the_cancel_is_not_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, _clock) = open_at(&dir.path().join("l.db"));
+    let s = spec("c1", "pay", r#"{"amount":2}"#);
+    let Begin::Execute(t) = ledger.begin(&op("op"), 0, &s).unwrap() else {
+        panic!()
+    };
+    // Cancelled while the attempt is in flight; the attempt then fails retryably.
+    assert_eq!(
+        ledger.cancel_operation(&op("op")).unwrap(),
+        OperationStatus::Cancelled
+    );
+    ledger
+        .fail_before_commit(&t.execution_id, "http 429", true)
+        .unwrap();
+    // A later begin of the same call must not start it again.
+    assert!(matches!(
+        ledger.begin(&op("op"), 0, &s).unwrap(),
+        Begin::Cancelled { .. }
+    ));
+    assert_eq!(
+        ledger.get(&t.execution_id).unwrap().unwrap().status,
+        ExecutionStatus::CancelledBeforeCommit
+    );
+    assert!(ledger.mark_executing(&t.execution_id).is_err());
+}

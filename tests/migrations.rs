@@ -39,6 +39,7 @@ fn an_empty_file_is_migrated_to_the_current_version_in_wal_mode() {
             "jobs",
             "operations",
             "rounds",
+            "tombstones",
             "transitions",
             "webhook_events"
         ]

@@ -1,6 +1,6 @@
 //! `toolledger`: the command-line face of the ledger.
 //!
-//! Two commands, both built on the core API directly (no FFI):
+//! Every command is built on the core API directly (no FFI):
 //!
 //! - `toolledger demo` runs a scripted, multi-round "AI tool loop" against a
 //!   ledger file and a simulated remote service, can kill itself at any of the
@@ -10,6 +10,10 @@
 //! - `toolledger inspect <db>` lists operations and executions: ids, tools,
 //!   statuses, counts and times, never argument or result values. See
 //!   `inspect.rs`.
+//! - `toolledger stats|recover|prune <db>` (`maintenance.rs`) and
+//!   `toolledger export <db>` (`export.rs`) inspect and maintain a database
+//!   pulled from a device; `toolledger bench` (`bench.rs`) measures the ledger
+//!   against the raw-SQLite floor.
 //!
 //! The submodules live in `src/bin/toolledger/` (named with `#[path]`, since
 //! a bin crate root looks for its modules next to itself).
@@ -28,16 +32,32 @@ macro_rules! say {
 
 #[path = "toolledger/args.rs"]
 mod args;
+#[path = "toolledger/bench.rs"]
+mod bench;
+#[path = "toolledger/bench_figures.rs"]
+mod bench_figures;
+#[path = "toolledger/bench_readonly.rs"]
+mod bench_readonly;
+#[path = "toolledger/bench_support.rs"]
+mod bench_support;
 #[path = "toolledger/crash.rs"]
 mod crash;
 #[path = "toolledger/demo.rs"]
 mod demo;
+#[path = "toolledger/export.rs"]
+mod export;
 #[path = "toolledger/inspect.rs"]
 mod inspect;
+#[path = "toolledger/maintenance.rs"]
+mod maintenance;
+#[path = "toolledger/progress.rs"]
+mod progress;
 #[path = "toolledger/remote.rs"]
 mod remote;
 #[path = "toolledger/script.rs"]
 mod script;
+#[path = "toolledger/tool_args.rs"]
+mod tool_args;
 #[path = "toolledger/transcript.rs"]
 mod transcript;
 
@@ -121,6 +141,11 @@ fn main() -> ExitCode {
         }
         Command::Demo(demo_args) => demo::run(&demo_args),
         Command::Inspect(inspect_args) => inspect::run(&inspect_args).map(|()| ExitCode::SUCCESS),
+        Command::Stats(a) => maintenance::stats(&a).map(|()| ExitCode::SUCCESS),
+        Command::Recover(a) => maintenance::recover(&a).map(|()| ExitCode::SUCCESS),
+        Command::Prune(a) => maintenance::prune(&a).map(|()| ExitCode::SUCCESS),
+        Command::Export(a) => export::run(&a).map(|()| ExitCode::SUCCESS),
+        Command::Bench(a) => bench::run(&a).map(|()| ExitCode::SUCCESS),
     });
     match outcome {
         Ok(code) => code,

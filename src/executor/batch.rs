@@ -139,14 +139,17 @@ pub(super) async fn perform_items(
             attempt: ticket.attempt,
             ..request
         };
+        crashpoint::hit(CrashPoint::BeforeRequest);
         match exec.perform_guarded(tool, &desc.name, request).await {
             PerformOutcome::Committed {
                 result_json,
                 external_id,
             } => {
+                crashpoint::hit(CrashPoint::AfterRemoteCommit);
                 let result = storable_result(result_json, &limits);
                 ledger.record_batch_item(&id, index, &result, external_id.as_deref())?;
                 done.insert(index, result);
+                crashpoint::hit(CrashPoint::AfterBatchItem);
             }
             PerformOutcome::JobStarted { .. } => {
                 let outcome = PerformOutcome::Unknown {

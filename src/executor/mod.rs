@@ -199,6 +199,16 @@ impl Executor {
             .map(|c| self.tool(&c.tool_name))
             .collect::<Result<Vec<_>>>()?;
         let descriptors: Vec<ToolDescriptor> = tools.iter().map(|t| t.descriptor()).collect();
+        // Oversized arguments are refused before anything copies them (a
+        // hostile 100 MB argument must not cost another 100 MB first).
+        let max = self.inner.ledger.config().json_limits.max_bytes;
+        if let Some(call) = calls.iter().find(|c| c.arguments.len() > max) {
+            return Err(crate::model::JsonError::TooLarge {
+                size: call.arguments.len(),
+                max,
+            }
+            .into());
+        }
         // Read-only arguments are validated up front too, so a bad call
         // anywhere in the round stops the whole round before anything runs.
         let mut prepared_read_only = Vec::new();

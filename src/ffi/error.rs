@@ -175,9 +175,12 @@ impl From<ledger::Error> for LedgerError {
             L::AlreadyCommitted(id) => LedgerError::AlreadyCommitted {
                 execution_id: id.to_string(),
             },
-            // Both are refusals of the caller's request that name no status
-            // the app could act on differently: bad input.
-            L::OperationCancelled(_) | L::NothingToCompensate(_) => LedgerError::invalid(&e),
+            // A refusal of the caller's request that names no status the app
+            // could act on differently: bad input.
+            L::NothingToCompensate(_) => LedgerError::invalid(&e),
+            L::Internal(message) => LedgerError::Internal {
+                message: message.to_owned(),
+            },
             L::Session(_) => LedgerError::Storage {
                 kind: StorageKind::SessionLock,
                 message: e.to_string(),

@@ -114,11 +114,10 @@ impl ToolExecutor {
         round: u32,
         call: ToolCall,
     ) -> Result<CallOutcome> {
-        Ok(self
-            .inner
-            .execute(&operation_id, round, call.into())
-            .await?
-            .into())
+        let inner = self.inner.clone();
+        let outcome =
+            detached(async move { inner.execute(&operation_id, round, call.into()).await }).await?;
+        Ok(outcome.into())
     }
 
     /// Runs every call of one model response: begun in one durable
@@ -134,10 +133,9 @@ impl ToolExecutor {
         calls: Vec<ToolCall>,
     ) -> Result<Vec<CallOutcome>> {
         let calls = calls.into_iter().map(Into::into).collect();
-        let outcomes = self
-            .inner
-            .execute_round(&operation_id, round, calls)
-            .await?;
+        let inner = self.inner.clone();
+        let outcomes =
+            detached(async move { inner.execute_round(&operation_id, round, calls).await }).await?;
         Ok(outcomes.into_iter().map(Into::into).collect())
     }
 
@@ -152,11 +150,14 @@ impl ToolExecutor {
         args_digest: ArgsDigest,
         preview_json: Option<String>,
     ) -> Result<CallOutcome> {
-        Ok(self
-            .inner
-            .approve(&execution_id, &args_digest, preview_json.as_deref())
-            .await?
-            .into())
+        let inner = self.inner.clone();
+        let outcome = detached(async move {
+            inner
+                .approve(&execution_id, &args_digest, preview_json.as_deref())
+                .await
+        })
+        .await?;
+        Ok(outcome.into())
     }
 
     /// Runs an existing execution that may run now (approved, or a retryable
@@ -165,7 +166,9 @@ impl ToolExecutor {
     /// # Errors
     /// `NotFound`, `UnknownTool`, `Storage`.
     pub async fn run_existing(&self, execution_id: ExecutionId) -> Result<CallOutcome> {
-        Ok(self.inner.run_existing(&execution_id).await?.into())
+        let inner = self.inner.clone();
+        let outcome = detached(async move { inner.run_existing(&execution_id).await }).await?;
+        Ok(outcome.into())
     }
 
     /// Call at app start and after resume: runs the ledger's `recover`, then
@@ -177,7 +180,8 @@ impl ToolExecutor {
     /// `Storage`; `UnknownTool` for an execution whose tool is not registered
     /// (register every tool before calling this).
     pub async fn recover(&self) -> Result<Vec<CallOutcome>> {
-        let outcomes = self.inner.recover().await?;
+        let inner = self.inner.clone();
+        let outcomes = detached(async move { inner.recover().await }).await?;
         Ok(outcomes.into_iter().map(Into::into).collect())
     }
 
@@ -192,10 +196,32 @@ impl ToolExecutor {
         execution_id: ExecutionId,
         resolution: Resolution,
     ) -> Result<CallOutcome> {
-        Ok(self
-            .inner
-            .resolve_unknown(&execution_id, resolution.into())
-            .await?
-            .into())
+        let inner = self.inner.clone();
+        let resolution = resolution.into();
+        let outcome =
+            detached(async move { inner.resolve_unknown(&execution_id, resolution).await }).await?;
+        Ok(outcome.into())
+    }
+}
+
+/// Runs the protocol as its own task on the library's tokio runtime, so that
+/// a foreign caller that stops waiting (a cancelled Kotlin coroutine, a
+/// cancelled Swift `Task`) only loses the answer: the attempt still ends
+/// honestly (committed, failed or unknown) instead of being dropped halfway
+/// and left `executing` until its lease runs out.
+async fn detached<T, F>(work: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = core::Result<T>> + Send + 'static,
+{
+    match tokio::spawn(work).await {
+        Ok(result) => Ok(result?),
+        Err(join) => Err(LedgerError::Internal {
+            message: if join.is_panic() {
+                "the executor task panicked".into()
+            } else {
+                "the executor task was cancelled".into()
+            },
+        }),
     }
 }

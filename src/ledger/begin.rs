@@ -6,6 +6,7 @@
 //! `executing` row and answers `InFlight`.
 
 use super::answers::{ApprovalRequest, Begin, CallSpec, StoredResult, Ticket};
+use super::retention;
 use super::{Error, Ledger, Result};
 use crate::model::{
     check_transition, digest_arguments, CanonicalArgs, ExecutionId, ExecutionIdParts,
@@ -29,7 +30,7 @@ impl Ledger {
         let mut answers = self.begin_round(op, round, std::slice::from_ref(spec))?;
         answers
             .pop()
-            .ok_or_else(|| Error::Session("begin produced no answer".into()))
+            .ok_or_else(|| Error::Internal("begin produced no answer"))
     }
 
     /// Begins every call of one model response in one durable transaction
@@ -52,7 +53,34 @@ impl Ledger {
             .iter()
             .map(|spec| self.prepare(op, round, spec))
             .collect::<Result<Vec<_>>>()?;
+        if let Some(replays) = self.replays_only(&prepared)? {
+            return Ok(replays);
+        }
         self.write_begins(op, round, &prepared, None)
+    }
+
+    /// A round whose every call already committed (with the same digest) is
+    /// answered from a read transaction: a replay writes nothing, so it must
+    /// not wait for — or fail on — another connection's write lock, a full
+    /// disk or a read-only file. A committed record never changes, so the
+    /// answer cannot go stale. `None` when any call needs the write path.
+    fn replays_only(&self, calls: &[Prepared<'_>]) -> Result<Option<Vec<Begin>>> {
+        self.store.read(|dao| {
+            let mut answers = Vec::with_capacity(calls.len());
+            for p in calls {
+                match dao.execution(&p.id)? {
+                    Some(rec) if rec.status.is_committed() && rec.args_digest == p.args.digest => {
+                        answers.push(Begin::Replay(StoredResult {
+                            execution_id: rec.execution_id,
+                            result_json: rec.result_json.unwrap_or_default(),
+                            external_id: rec.external_id,
+                        }));
+                    }
+                    _ => return Ok(None),
+                }
+            }
+            Ok(Some(answers))
+        })
     }
 
     /// Begins a compensation of the committed execution `original`: a new
@@ -80,7 +108,7 @@ impl Ledger {
         let mut answers = self.write_begins(op, round, &[prepared], Some(original))?;
         answers
             .pop()
-            .ok_or_else(|| Error::Session("compensate produced no answer".into()))
+            .ok_or_else(|| Error::Internal("compensate produced no answer"))
     }
 
     fn prepare<'a>(
@@ -119,17 +147,21 @@ impl Ledger {
             calls
                 .iter()
                 .map(|p| match dao.execution(&p.id)? {
-                    Some(rec) => self.answer_existing(dao, rec, p, now),
-                    None if matches!(
-                        op_status,
-                        OperationStatus::Cancelled | OperationStatus::CancelledAfterSideEffect
-                    ) =>
-                    {
-                        Ok(Begin::Cancelled {
-                            execution_id: p.id.clone(),
-                        })
-                    }
-                    None => self.insert_new(dao, op, round, p, compensates, now),
+                    Some(rec) => self.answer_existing(dao, rec, p, op_status, now),
+                    None => match dao.tombstone(&p.id)? {
+                        // Pruned long ago: refused or reported, never run again.
+                        Some(tomb) => Ok(retention::answer_for_tombstone(tomb, &p.args.digest)),
+                        None if matches!(
+                            op_status,
+                            OperationStatus::Cancelled | OperationStatus::CancelledAfterSideEffect
+                        ) =>
+                        {
+                            Ok(Begin::Cancelled {
+                                execution_id: p.id.clone(),
+                            })
+                        }
+                        None => self.insert_new(dao, op, round, p, compensates, now),
+                    },
                 })
                 .collect()
         })
@@ -201,6 +233,7 @@ impl Ledger {
         dao: &Dao<'_>,
         rec: ExecutionRecord,
         p: &Prepared<'_>,
+        op_status: OperationStatus,
         now: i64,
     ) -> Result<Begin> {
         let id = rec.execution_id.clone();
@@ -212,6 +245,30 @@ impl Ledger {
             });
         }
         use ExecutionStatus as S;
+        let op_cancelled = matches!(
+            op_status,
+            OperationStatus::Cancelled | OperationStatus::CancelledAfterSideEffect
+        );
+        // In a cancelled operation nothing starts again: work that cannot
+        // have run (or provably failed) is cancelled instead.
+        if op_cancelled
+            && matches!(
+                rec.status,
+                S::Prepared | S::Approved | S::FailedBeforeCommit
+            )
+        {
+            self.step(
+                dao,
+                &rec,
+                Transition::Cancel,
+                StatusFields {
+                    reason: Some("operation cancelled"),
+                    ..StatusFields::default()
+                },
+                now,
+            )?;
+            return Ok(Begin::Cancelled { execution_id: id });
+        }
         Ok(match rec.status {
             S::Committed | S::ResultDelivered => Begin::Replay(StoredResult {
                 execution_id: id,
@@ -292,6 +349,13 @@ impl Ledger {
     ) -> Result<ExecutionStatus> {
         let to = check_transition(rec.status, transition)
             .map_err(|e| Error::transition(&rec.execution_id, e))?;
+        // `rec` was read in this same transaction: passing its attempt number
+        // spares the store a read-back for the log entry (the column is set to
+        // the value it already has).
+        let fields = StatusFields {
+            attempt: fields.attempt.or(Some(rec.attempt_count)),
+            ..fields
+        };
         let moved = dao.move_status(
             &rec.execution_id,
             rec.status,

@@ -47,12 +47,12 @@ pub enum Error {
     /// already committed; the stored one stands.
     #[error("execution {0} already committed with a different result")]
     AlreadyCommitted(ExecutionId),
-    /// The operation was cancelled; no new calls are begun in it.
-    #[error("the operation of {0} is cancelled")]
-    OperationCancelled(ExecutionId),
     /// A compensation was asked for an execution that never committed.
     #[error("execution {0} has not committed: there is nothing to compensate")]
     NothingToCompensate(ExecutionId),
+    /// An internal invariant did not hold (a bug, reported instead of a panic).
+    #[error("internal error: {0}")]
+    Internal(&'static str),
     /// The session lock directory could not be used.
     #[error("session lock: {0}")]
     Session(String),

@@ -9,6 +9,7 @@
 //! | [`Ledger::commit`] | 1 fsync | the result is durable before the model sees it |
 //! | [`Ledger::record_external_id`], approvals, failures, unknown outcomes | 1 fsync each | off the happy path |
 //! | [`Ledger::mark_delivered`] | none (lazy) | losing it only replays the stored result |
+//! | [`Ledger::recover`] | none (lazy) | a lost `outcome_unknown` mark of a dead session's row is made again by the next `recover` |
 //! | replay (`begin` of a committed call) | none | nothing is written |
 //!
 //! So a side-effecting happy path costs two durable syncs.
@@ -40,6 +41,7 @@ mod begin;
 mod clock;
 mod error;
 mod jobs;
+mod retention;
 mod session;
 mod steps;
 
@@ -53,6 +55,10 @@ pub use answers::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, Result};
 pub use jobs::{JobApplied, JobUpdate};
+pub use retention::{
+    PruneCutoff, PruneOptions, PruneProgress, PruneReport, PRUNED_EXECUTED_REASON,
+    PRUNED_FAILED_REASON,
+};
 
 use crate::model::{
     ExecutionId, ExecutionRecord, ExecutionStatus, JsonLimits, OperationId, SessionId, Transition,
@@ -201,13 +207,18 @@ impl Ledger {
     /// session is dead (or whose lease expired) into `outcome_unknown`, and
     /// returns every execution that needs attention: unknown outcomes,
     /// approvals pending, approved or retryable work, live in-flight rows and
-    /// committed results not yet delivered to the model. One durable write.
+    /// committed results not yet delivered to the model. One write, lazy (no
+    /// sync): an `outcome_unknown` mark lost to a power cut only means the
+    /// next `recover` marks the same rows again, and any later durable write
+    /// (every step that follows a `Reconcile` is one) makes it durable first.
+    /// The scan reads only the rows that need attention (a partial index), so
+    /// its cost does not grow with history.
     ///
     /// # Errors
     /// Storage errors.
     pub fn recover(&self) -> Result<Vec<ExecutionRecord>> {
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.store.write(Durability::Lazy, |dao| {
             let mut pending = dao.executions_needing_attention()?;
             for rec in pending.iter_mut() {
                 if rec.status == ExecutionStatus::Executing && !self.owner_is_live(rec, now) {

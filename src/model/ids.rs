@@ -136,13 +136,20 @@ string_newtype!(
 );
 
 impl OperationId {
-    /// Validates an app-chosen operation id (1–256 bytes, any characters).
+    /// Validates an app-chosen operation id (1–256 bytes, no control
+    /// characters).
     ///
     /// # Errors
-    /// [`IdError::Empty`] or [`IdError::TooLong`].
+    /// [`IdError::Empty`], [`IdError::TooLong`], or [`IdError::Malformed`]
+    /// for control characters (NUL, newlines …).
     pub fn new(value: impl Into<String>) -> Result<OperationId, IdError> {
         let value = value.into();
         check_component("operation id", &value, MAX_COMPONENT_BYTES)?;
+        if value.contains(char::is_control) {
+            return Err(IdError::Malformed {
+                component: "operation id",
+            });
+        }
         Ok(OperationId(value))
     }
 }

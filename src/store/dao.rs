@@ -71,10 +71,18 @@ pub struct StoreStats {
     pub transitions: u64,
 }
 
-const EXECUTION_COLUMNS: &str = "execution_id, operation_id, round, position, provider, \
+/// The columns `row_to_record` reads, as a literal so hot queries can be
+/// built with `concat!` (no formatting per call).
+macro_rules! execution_columns {
+    () => {
+        "execution_id, operation_id, round, position, provider, \
     provider_call_id, tool_name, tool_version, args_digest, args_json, downstream_key, \
     requires_approval, status, attempt_count, owner_session, lease_deadline_ms, external_id, \
-    result_json, last_reason, retryable, compensates, created_ms, updated_ms";
+    result_json, last_reason, retryable, compensates, created_ms, updated_ms"
+    };
+}
+
+const EXECUTION_COLUMNS: &str = execution_columns!();
 
 fn bad(col: usize, what: &str) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(col, Type::Text, what.to_owned().into())
@@ -185,10 +193,14 @@ impl<'a> Dao<'a> {
     /// # Errors
     /// Storage errors.
     pub fn execution(&self, id: &ExecutionId) -> Result<Option<ExecutionRecord>> {
-        let sql = format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE execution_id = ?1");
+        const SQL: &str = concat!(
+            "SELECT ",
+            execution_columns!(),
+            " FROM executions WHERE execution_id = ?1"
+        );
         Ok(self
             .tx
-            .prepare_cached(&sql)?
+            .prepare_cached(SQL)?
             .query_row([id.as_str()], row_to_record)
             .optional()?)
     }
@@ -625,8 +637,11 @@ impl<'a> Dao<'a> {
     ) -> Result<()> {
         self.tx
             .prepare_cached(
-                "INSERT INTO transitions (execution_id, from_status, to_status, transition,
-                    attempt, session_id, reason, at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO transitions (execution_id, seq, from_status, to_status, transition,
+                    attempt, session_id, reason, at_ms)
+                 VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM transitions
+                              WHERE execution_id = ?1),
+                    ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
                 id.as_str(),
@@ -657,4 +672,444 @@ pub struct StatusFields<'a> {
     pub reason: Option<&'a str>,
     /// Whether a failure may be retried.
     pub retryable: Option<bool>,
+}
+
+// ---------------------------------------------------------------------------
+// Retention, size and maintenance queries (`Ledger::prune`, the inspector and
+// the benchmark).
+// ---------------------------------------------------------------------------
+
+/// What is left of a pruned execution: enough for `begin` to refuse a very
+/// late retry, nothing of its arguments or result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tombstone {
+    /// The pruned execution.
+    pub execution_id: ExecutionId,
+    /// The digest of its arguments.
+    pub args_digest: ArgsDigest,
+    /// The terminal status it had when pruned.
+    pub final_status: ExecutionStatus,
+    /// When it was pruned, ms since the Unix epoch.
+    pub pruned_ms: i64,
+}
+
+/// One execution that `prune` may delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PruneCandidate {
+    /// Position in the scan (the row id); the next page starts after it.
+    pub cursor: i64,
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// Its operation.
+    pub operation_id: OperationId,
+    /// Its round.
+    pub round: u32,
+    /// The digest of its arguments.
+    pub args_digest: ArgsDigest,
+    /// Its terminal status.
+    pub status: ExecutionStatus,
+}
+
+/// Rows deleted with one pruned execution.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrunedRows {
+    /// Transition log entries.
+    pub transitions: u64,
+    /// Approval decisions.
+    pub approvals: u64,
+    /// Independent-batch item records.
+    pub batch_items: u64,
+    /// Background job records.
+    pub jobs: u64,
+    /// Processed webhook events.
+    pub webhook_events: u64,
+}
+
+/// The size of the database file as SQLite sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DbSize {
+    /// Bytes per page.
+    pub page_size: u64,
+    /// Pages in the file (including free ones).
+    pub page_count: u64,
+    /// Free pages (reclaimable by an incremental vacuum).
+    pub freelist_count: u64,
+}
+
+impl DbSize {
+    /// Total bytes (`page_size * page_count`).
+    pub fn bytes(&self) -> u64 {
+        self.page_size.saturating_mul(self.page_count)
+    }
+}
+
+/// The terminal statuses `prune` may remove (a `failed_before_commit` row only
+/// when it is not retryable). Everything else needs attention or may still
+/// run, and is never pruned.
+const PRUNABLE: &str = "status IN ('result_delivered','rejected','cancelled_before_commit')
+        OR (status = 'failed_before_commit' AND retryable IS NOT 1)";
+
+impl Dao<'_> {
+    /// The tombstone of a pruned execution, if any.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn tombstone(&self, id: &ExecutionId) -> Result<Option<Tombstone>> {
+        self.tx
+            .prepare_cached(
+                "SELECT args_digest, final_status, pruned_ms FROM tombstones
+                 WHERE execution_id = ?1",
+            )?
+            .query_row([id.as_str()], |r| {
+                let status: String = r.get(1)?;
+                Ok(Tombstone {
+                    execution_id: id.clone(),
+                    args_digest: ArgsDigest::from_stored(r.get(0)?),
+                    final_status: ExecutionStatus::parse(&status)
+                        .ok_or_else(|| bad(1, "unknown status"))?,
+                    pruned_ms: r.get(2)?,
+                })
+            })
+            .optional()
+            .map_err(Error::from)
+    }
+
+    /// How many executions last updated before `cutoff_ms` are prunable.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn count_prunable(&self, cutoff_ms: i64) -> Result<u64> {
+        let sql = format!("SELECT count(*) FROM executions WHERE updated_ms < ?1 AND ({PRUNABLE})");
+        Ok(self
+            .tx
+            .prepare_cached(&sql)?
+            .query_row([cutoff_ms], |r| r.get(0))?)
+    }
+
+    /// The next `limit` prunable executions after `cursor`, in row order.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn prune_candidates(
+        &self,
+        cutoff_ms: i64,
+        cursor: i64,
+        limit: u32,
+    ) -> Result<Vec<PruneCandidate>> {
+        let sql = format!(
+            "SELECT rowid, execution_id, operation_id, round, args_digest, status
+             FROM executions WHERE rowid > ?1 AND updated_ms < ?2 AND ({PRUNABLE})
+             ORDER BY rowid LIMIT ?3"
+        );
+        let mut stmt = self.tx.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![cursor, cutoff_ms, limit], |r| {
+            let status: String = r.get(5)?;
+            Ok(PruneCandidate {
+                cursor: r.get(0)?,
+                execution_id: ExecutionId::from_stored(r.get(1)?),
+                operation_id: OperationId::from_stored(r.get(2)?),
+                round: r.get(3)?,
+                args_digest: ArgsDigest::from_stored(r.get(4)?),
+                status: ExecutionStatus::parse(&status).ok_or_else(|| bad(5, "unknown status"))?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// True when some execution compensates `id` (it must outlive them).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn has_compensations(&self, id: &ExecutionId) -> Result<bool> {
+        Ok(self
+            .tx
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM executions WHERE compensates = ?1)")?
+            .query_row([id.as_str()], |r| r.get(0))?)
+    }
+
+    /// Deletes one execution with its approvals, batch items, job, webhook
+    /// events and transition log, leaving `tombstone` (when given) in its
+    /// place. Only a prunable (terminal) row is deleted; returns `None` when
+    /// the row is missing or no longer prunable.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn prune_execution(
+        &self,
+        id: &ExecutionId,
+        tombstone_pruned_ms: Option<i64>,
+    ) -> Result<Option<PrunedRows>> {
+        let sql = format!(
+            "SELECT args_digest, status FROM executions WHERE execution_id = ?1 AND ({PRUNABLE})"
+        );
+        let found: Option<(String, String)> = self
+            .tx
+            .prepare_cached(&sql)?
+            .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        let Some((digest, status)) = found else {
+            return Ok(None);
+        };
+        let delete = |sql: &str| -> Result<u64> {
+            Ok(self.tx.prepare_cached(sql)?.execute([id.as_str()])? as u64)
+        };
+        let rows = PrunedRows {
+            approvals: delete("DELETE FROM approvals WHERE execution_id = ?1")?,
+            batch_items: delete("DELETE FROM batch_items WHERE execution_id = ?1")?,
+            jobs: delete("DELETE FROM jobs WHERE execution_id = ?1")?,
+            webhook_events: delete("DELETE FROM webhook_events WHERE execution_id = ?1")?,
+            transitions: delete("DELETE FROM transitions WHERE execution_id = ?1")?,
+        };
+        if let Some(pruned_ms) = tombstone_pruned_ms {
+            self.tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO tombstones
+                        (execution_id, args_digest, final_status, pruned_ms)
+                     VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![id.as_str(), digest, status, pruned_ms])?;
+        }
+        delete("DELETE FROM executions WHERE execution_id = ?1")?;
+        Ok(Some(rows))
+    }
+
+    /// Deletes the round if no execution is left in it, then the operation if
+    /// it has no round left and is `open` or `completed` (a cancelled
+    /// operation keeps refusing new calls, so it stays). Returns how many
+    /// operations were deleted (0 or 1).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn prune_empty_round(&self, op: &OperationId, round: u32) -> Result<u64> {
+        self.tx
+            .prepare_cached(
+                "DELETE FROM rounds WHERE operation_id = ?1 AND round = ?2
+                 AND NOT EXISTS (SELECT 1 FROM executions WHERE operation_id = ?1 AND round = ?2)",
+            )?
+            .execute(params![op.as_str(), round])?;
+        let deleted = self
+            .tx
+            .prepare_cached(
+                "DELETE FROM operations WHERE operation_id = ?1
+                 AND status IN ('open','completed')
+                 AND NOT EXISTS (SELECT 1 FROM rounds WHERE operation_id = ?1)",
+            )?
+            .execute([op.as_str()])?;
+        Ok(deleted as u64)
+    }
+
+    /// Deletes tombstones written before `cutoff_ms`; returns how many.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn delete_tombstones_before(&self, cutoff_ms: i64) -> Result<u64> {
+        Ok(self
+            .tx
+            .prepare_cached("DELETE FROM tombstones WHERE pruned_ms < ?1")?
+            .execute([cutoff_ms])? as u64)
+    }
+
+    /// Number of tombstones.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn tombstone_count(&self) -> Result<u64> {
+        Ok(self
+            .tx
+            .query_row("SELECT count(*) FROM tombstones", [], |r| r.get(0))?)
+    }
+
+    /// Returns free pages to the file system (the database was created with
+    /// `auto_vacuum=INCREMENTAL`) and says how many. In WAL mode the file
+    /// shrinks at the next checkpoint.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn incremental_vacuum(&self) -> Result<u64> {
+        // The pragma frees one page per step (one result row each): it must
+        // be stepped to the end, which `execute_batch` does not do.
+        let mut stmt = self.tx.prepare("PRAGMA incremental_vacuum")?;
+        let mut rows = stmt.query([])?;
+        let mut freed = 0;
+        while rows.next()?.is_some() {
+            freed += 1;
+        }
+        Ok(freed)
+    }
+
+    /// Page size, page count and free pages.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn size(&self) -> Result<DbSize> {
+        let get = |pragma: &str| -> Result<u64> {
+            Ok(self
+                .tx
+                .query_row(&format!("PRAGMA {pragma}"), [], |r| r.get(0))?)
+        };
+        Ok(DbSize {
+            page_size: get("page_size")?,
+            page_count: get("page_count")?,
+            freelist_count: get("freelist_count")?,
+        })
+    }
+
+    /// Every execution, in row order, `limit` at a time after `cursor`
+    /// (export). Returns `(cursor, record)` pairs.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn executions_page(&self, cursor: i64, limit: u32) -> Result<Vec<(i64, ExecutionRecord)>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS}, rowid FROM executions WHERE rowid > ?1
+             ORDER BY rowid LIMIT ?2"
+        );
+        let mut stmt = self.tx.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![cursor, limit], |r| {
+            Ok((r.get(23)?, row_to_record(r)?))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Number of executions.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn execution_count(&self) -> Result<u64> {
+        Ok(self
+            .tx
+            .query_row("SELECT count(*) FROM executions", [], |r| r.get(0))?)
+    }
+
+    /// Executions per tool name, most used first (inspector).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn executions_by_tool(&self) -> Result<Vec<(String, u64)>> {
+        let mut stmt = self.tx.prepare_cached(
+            "SELECT tool_name, count(*) AS n FROM executions GROUP BY tool_name
+             ORDER BY n DESC, tool_name",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// The oldest creation and newest update time of any execution.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn execution_time_range(&self) -> Result<Option<(i64, i64)>> {
+        let range: (Option<i64>, Option<i64>) = self.tx.query_row(
+            "SELECT min(created_ms), max(updated_ms) FROM executions",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok(range.0.zip(range.1))
+    }
+
+    /// The schema version of the open database.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn schema_version(&self) -> Result<i64> {
+        Ok(self.tx.query_row("PRAGMA user_version", [], |r| r.get(0))?)
+    }
+
+    /// Bytes used per table and index (SQLite's `dbstat`), largest first
+    /// (the benchmark's size breakdown).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn bytes_per_object(&self) -> Result<Vec<(String, u64)>> {
+        let mut stmt = self.tx.prepare(
+            "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY sum(pgsize) DESC",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// `EXPLAIN QUERY PLAN` of the scan behind `recover()`, one line per step
+    /// (the benchmark and a test check that it uses the partial index).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn attention_query_plan(&self) -> Result<Vec<String>> {
+        let sql = format!(
+            "EXPLAIN QUERY PLAN SELECT {EXECUTION_COLUMNS} FROM executions
+             WHERE status IN ('prepared','approved','executing','outcome_unknown',
+                              'failed_before_commit','committed')
+             ORDER BY created_ms, execution_id"
+        );
+        let mut stmt = self.tx.prepare(&sql)?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(3))?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Benchmark support: appends `count` delivered executions (8 per
+    /// operation, 4 per round, each with its 3 transition log entries) to the
+    /// real tables in one statement per table, for building a large history
+    /// quickly. Ids are `hist_<batch>_op_<n>:round_<r>:call_<c>:send_email:v1`.
+    /// Not for applications: nothing is validated.
+    ///
+    /// # Errors
+    /// Storage errors.
+    #[doc(hidden)]
+    pub fn fill_history_for_bench(
+        &self,
+        batch: &str,
+        count: u64,
+        start_ms: i64,
+        result_json: &str,
+        session: &SessionId,
+    ) -> Result<()> {
+        let ops = count.div_ceil(8);
+        // Ids are zero-padded so rows arrive in key order (fast B-tree appends).
+        self.tx.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2)
+             INSERT INTO operations (operation_id, status, created_ms, updated_ms)
+             SELECT printf('hist_%s_op_%08d', ?1, i), 'completed', ?3 + i * 8, ?3 + i * 8 FROM n",
+            params![batch, ops, start_ms],
+        )?;
+        self.tx.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2)
+             INSERT INTO rounds (operation_id, round, created_ms)
+             SELECT printf('hist_%s_op_%08d', ?1, i / 2), i % 2, ?3 + i * 4 FROM n",
+            params![batch, ops * 2, start_ms],
+        )?;
+        self.tx.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2),
+             ids(i, op, rnd, pos, id) AS (
+                SELECT i, printf('hist_%s_op_%08d', ?1, i / 8), (i % 8) / 4, i % 4,
+                       printf('hist_%s_op_%08d:round_%d:call_%d:send_email:v1',
+                              ?1, i / 8, (i % 8) / 4, i % 4)
+                FROM n)
+             INSERT INTO executions (execution_id, operation_id, round, position, provider,
+                provider_call_id, tool_name, tool_version, args_digest, args_json,
+                downstream_key, requires_approval, status, attempt_count, external_id,
+                result_json, created_ms, updated_ms)
+             SELECT id, op, rnd, pos, 'custom', printf('call_%d', pos), 'send_email', 1,
+                lower(hex(randomblob(32))),
+                printf('{\"subject\":\"Report %d\",\"to\":\"user%d@example.com\"}', i, i),
+                'tl_' || substr(lower(hex(randomblob(24))), 1, 48), 0, 'result_delivered', 1, printf('msg_%d', i), ?4,
+                ?3 + i, ?3 + i + 1
+             FROM ids",
+            params![batch, count, start_ms, result_json],
+        )?;
+        self.tx.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2)
+             INSERT INTO transitions (execution_id, seq, from_status, to_status, transition,
+                attempt, session_id, reason, at_ms)
+             SELECT printf('hist_%s_op_%08d:round_%d:call_%d:send_email:v1',
+                           ?1, (i / 3) / 8, ((i / 3) % 8) / 4, (i / 3) % 4),
+                i % 3 + 1,
+                CASE i % 3 WHEN 0 THEN NULL WHEN 1 THEN 'executing' ELSE 'committed' END,
+                CASE i % 3 WHEN 0 THEN 'executing' WHEN 1 THEN 'committed'
+                           ELSE 'result_delivered' END,
+                CASE i % 3 WHEN 0 THEN 'start' WHEN 1 THEN 'commit' ELSE 'deliver' END,
+                1, ?4, NULL, ?3 + i / 3
+             FROM n",
+            params![batch, count * 3, start_ms, session.as_str()],
+        )?;
+        Ok(())
+    }
 }

@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
-pub use dao::{Dao, NewExecution, StatusFields, StoreStats};
+pub use dao::{
+    Dao, DbSize, NewExecution, PruneCandidate, PrunedRows, StatusFields, StoreStats, Tombstone,
+};
 pub use error::{Error, Result};
 
 /// How a write must reach the disk before it returns.
@@ -154,6 +156,25 @@ impl Store {
         result
     }
 
+    /// Copies the whole WAL into the main file and truncates the WAL (after
+    /// a prune, this is when the file shrinks). Does nothing in memory.
+    ///
+    /// # Errors
+    /// Storage errors; [`Error::Busy`] when another connection's reader or
+    /// writer keeps the checkpoint from completing.
+    pub fn checkpoint(&self) -> Result<()> {
+        let guard = self.lock()?;
+        let conn = guard.as_ref().ok_or(Error::Suspended)?;
+        let (busy, _, _): (i64, i64, i64) =
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
+        if busy != 0 && self.location != Location::Memory {
+            return Err(Error::Busy);
+        }
+        Ok(())
+    }
+
     /// Checkpoints the WAL into the main file and closes the connection, so
     /// that no file lock is held (call before iOS suspends the app).
     ///
@@ -209,7 +230,13 @@ fn connect(location: &Location, options: &StoreOptions) -> Result<Connection> {
         Location::File(path) => Connection::open_with_flags(path, flags)?,
         Location::Memory => Connection::open_in_memory()?,
     };
-    conn.busy_timeout(options.busy_timeout)?;
+    // rusqlite takes the timeout as an i32 of milliseconds (and panics past
+    // it): clamp, a lock held for 24 days is as good as forever.
+    conn.busy_timeout(
+        options
+            .busy_timeout
+            .min(Duration::from_millis(i32::MAX as u64)),
+    )?;
     // The first statement that reads the header reports NOTADB / CORRUPT.
     // A newer schema is refused before anything (even the journal mode) is
     // written to the file.

@@ -10,7 +10,10 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::{Error, Result};
 
 /// Migration `n` (1-based) turns a version `n - 1` database into version `n`.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/001_initial.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/001_initial.sql"),
+    include_str!("migrations/002_retention.sql"),
+];
 
 /// The schema version this build writes.
 pub const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;

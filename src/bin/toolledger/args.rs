@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use crate::crash::Boundary;
+use crate::tool_args::{self, BenchArgs, DbArgs, ExportArgs, PruneArgs};
 use crate::{CliError, CliResult};
 
 /// The usage text, printed by `--help` and after every argument error.
@@ -13,6 +14,12 @@ pub const USAGE: &str = "\
 usage:
   toolledger demo [--db <file>] [--crash-at <boundary>] [--crash-tool <tool>]
   toolledger inspect <db> [--json] [--limit <n>]
+  toolledger stats <db> [--json]
+  toolledger recover <db> [--json]
+  toolledger prune <db> (--older-than <age> | --before <ms>) [--no-tombstones] [--batch <n>] [--json]
+  toolledger export <db> [--out <file>] [--show-args]
+  toolledger bench [--dir <dir>] [--calls <n>] [--batches <n>] [--rounds <n>] [--samples <n>]
+                   [--recover-rows <n>] [--no-strace] [--keep] [--only happy-path|floor|round8 [--markers]]
   toolledger --help
 
 demo      runs a scripted multi-round AI tool loop on a ledger file and a simulated
@@ -29,6 +36,19 @@ demo      runs a scripted multi-round AI tool loop on a ledger file and a simula
 inspect   lists operations and executions (ids, tools, statuses, attempts, whether a
           result and an external id exist, update times), never argument or result
           values. --json for scripts; --limit caps the operations listed (100).
+stats     counts per status and per tool, tombstones, transitions and file size.
+recover   runs Ledger::recover (executing rows of dead sessions become outcome_unknown)
+          and lists every execution that needs attention, with what to do next.
+prune     deletes finished executions (delivered, rejected, cancelled, non-retryable
+          failures) last updated before the cutoff, with their logs, leaving a tombstone
+          each (unless --no-tombstones) so a late retry is refused; then vacuums.
+          <age> is like 30d, 12h, 90m, 45s or 1500ms.
+export    writes one JSON line per execution (stdout, or --out <file>); argument and
+          result values (and external ids) only with --show-args.
+bench     measures toolledger against the raw-SQLite floor and prints a table ending in
+          name=value lines (fsync counts need strace; see scripts/bench.sh).
+          No command prints argument or result values unless --show-args is given;
+          prune and export show a progress bar on stderr when it is a terminal.
 
 exit codes: 0 ok, 1 failure (bad database file, storage error, demo check failed),
             2 bad arguments
@@ -43,6 +63,16 @@ pub enum Command {
     Demo(DemoArgs),
     /// Inspect a ledger file.
     Inspect(InspectArgs),
+    /// Counts and sizes of a ledger file.
+    Stats(DbArgs),
+    /// Run recovery and list what needs attention.
+    Recover(DbArgs),
+    /// Prune old finished executions.
+    Prune(PruneArgs),
+    /// Export executions as JSON lines.
+    Export(ExportArgs),
+    /// Run the benchmark.
+    Bench(BenchArgs),
 }
 
 /// Options of `toolledger demo`.
@@ -67,12 +97,12 @@ pub struct InspectArgs {
     pub limit: u32,
 }
 
-fn usage(msg: impl Into<String>) -> CliError {
+pub(crate) fn usage(msg: impl Into<String>) -> CliError {
     CliError::Usage(msg.into())
 }
 
 /// Splits `--flag=value` into `("--flag", Some("value"))`.
-fn split_flag(arg: &str) -> (&str, Option<&str>) {
+pub(crate) fn split_flag(arg: &str) -> (&str, Option<&str>) {
     match arg.split_once('=') {
         Some((flag, value)) if flag.starts_with("--") => (flag, Some(value)),
         _ => (arg, None),
@@ -80,10 +110,10 @@ fn split_flag(arg: &str) -> (&str, Option<&str>) {
 }
 
 /// Takes the value of `flag`: inline (`--flag=v`) or the next argument.
-fn value<'a>(
+pub(crate) fn value<'a>(
     flag: &str,
     inline: Option<&'a str>,
-    rest: &mut impl Iterator<Item = &'a String>,
+    rest: &mut (impl Iterator<Item = &'a String> + ?Sized),
 ) -> CliResult<&'a str> {
     match inline {
         Some(v) if !v.is_empty() => Ok(v),
@@ -109,6 +139,11 @@ pub fn parse(argv: &[String]) -> CliResult<Command> {
         "-h" | "--help" | "help" => Ok(Command::Help),
         "demo" => parse_demo(it),
         "inspect" => parse_inspect(it),
+        "stats" => tool_args::parse_stats(it),
+        "recover" => tool_args::parse_recover(it),
+        "prune" => tool_args::parse_prune(it),
+        "export" => tool_args::parse_export(it),
+        "bench" => tool_args::parse_bench(it),
         other => Err(usage(format!("unknown command `{other}`"))),
     }
 }

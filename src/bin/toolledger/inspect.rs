@@ -171,7 +171,7 @@ fn print_table(executions: &[ExecutionRecord]) {
 }
 
 /// Milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-fn format_utc(ms: i64) -> String {
+pub(crate) fn format_utc(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let millis = ms.rem_euclid(1000);
     let days = secs.div_euclid(86_400);

@@ -1,0 +1,347 @@
+//! The maintenance commands of the `toolledger` binary on a database "pulled
+//! from a device": `stats`, `recover`, `prune`, `export`, plus a tiny `bench`
+//! run. Each test runs the built binary as a child process.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use support::*;
+use toolledger::ledger::{Begin, Ledger};
+
+const BIN: &str = env!("CARGO_BIN_EXE_toolledger");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("the toolledger binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "toolledger {args:?} exited {:?}: {}",
+        out.status.code(),
+        stderr(&out)
+    );
+    out
+}
+
+fn json(args: &[&str]) -> Value {
+    serde_json::from_str(&stdout(&ok(args))).expect("valid JSON")
+}
+
+fn ticket(answer: Begin) -> toolledger::ledger::Ticket {
+    match answer {
+        Begin::Execute(t) => t,
+        other => panic!("expected Execute, got {other:?}"),
+    }
+}
+
+/// A ledger holding: 6 delivered calls, 1 committed but undelivered, 1
+/// waiting for approval, and 1 executing in a session that then died. The
+/// manual clock stands in 1970, so everything is old by the system clock.
+fn device_db(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("device.db");
+    {
+        let (dead, _clock) = open_at(&path);
+        let _ = ticket(
+            dead.begin(
+                &op("op_a"),
+                9,
+                &spec("c_dead", "pay", r#"{"amount":"12.50"}"#),
+            )
+            .unwrap(),
+        );
+    }
+    let (ledger, _clock) = open_at(&path);
+    for i in 0..6 {
+        let t = ticket(
+            ledger
+                .begin(
+                    &op("op_a"),
+                    i,
+                    &spec(
+                        &format!("c{i}"),
+                        "send_email",
+                        r#"{"to":"ada@example.com"}"#,
+                    ),
+                )
+                .unwrap(),
+        );
+        ledger
+            .commit(&t.execution_id, r#"{"id":"m"}"#, None)
+            .unwrap();
+        ledger.mark_delivered(&[t.execution_id]).unwrap();
+    }
+    let t = ticket(
+        ledger
+            .begin(&op("op_b"), 0, &spec("c_undelivered", "send_email", "{}"))
+            .unwrap(),
+    );
+    ledger.commit(&t.execution_id, "{}", None).unwrap();
+    let _ = ledger
+        .begin(
+            &op("op_b"),
+            0,
+            &spec("c_approve", "pay", "{}").with_approval(),
+        )
+        .unwrap();
+    path
+}
+
+#[test]
+fn stats_counts_statuses_tools_and_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = device_db(dir.path());
+    let path = db.to_str().unwrap();
+    let v = json(&["stats", path, "--json"]);
+    assert_eq!(v["executions"], 9);
+    assert_eq!(v["executions_by_status"]["result_delivered"], 6);
+    assert_eq!(v["executions_by_status"]["committed"], 1);
+    assert_eq!(v["executions_by_status"]["prepared"], 1);
+    assert_eq!(v["executions_by_status"]["executing"], 1);
+    assert_eq!(v["executions_by_tool"]["send_email"], 7);
+    assert_eq!(v["executions_by_tool"]["pay"], 2);
+    assert_eq!(v["tombstones"], 0);
+    assert_eq!(v["schema_version"], 2);
+    assert!(v["file_bytes"].as_u64().unwrap() > 0);
+    let table = stdout(&ok(&["stats", path]));
+    assert!(table.contains("STATUS"), "{table}");
+    assert!(table.contains("result_delivered  6"), "{table}");
+    assert!(table.contains("send_email"), "{table}");
+}
+
+#[test]
+fn recover_runs_recovery_and_lists_what_needs_attention() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = device_db(dir.path());
+    let path = db.to_str().unwrap();
+    let v = json(&["recover", path, "--json"]);
+    assert_eq!(v["needs_attention"], 3, "{v:#}");
+    let items = v["executions"].as_array().unwrap();
+    let status_of = |call: &str| {
+        items
+            .iter()
+            .find(|i| i["execution_id"].as_str().unwrap().contains(call))
+            .map(|i| {
+                (
+                    i["status"].as_str().unwrap().to_owned(),
+                    i["next"].as_str().unwrap().to_owned(),
+                )
+            })
+            .unwrap()
+    };
+    // The dead session's call is now an unknown outcome to reconcile.
+    let (status, next) = status_of("c_dead");
+    assert_eq!(status, "outcome_unknown");
+    assert!(next.contains("reconcile"), "{next}");
+    assert_eq!(status_of("c_undelivered").0, "committed");
+    assert_eq!(status_of("c_approve").1, "ask for approval");
+    assert!(
+        items.iter().all(|i| i.get("reason").is_none()),
+        "reasons only with --show-args"
+    );
+    let table = stdout(&ok(&["recover", path]));
+    assert!(table.contains("3 execution(s) need attention"), "{table}");
+    assert!(table.contains("NEXT"), "{table}");
+    let shown = json(&["recover", path, "--json", "--show-args"]);
+    assert!(shown["executions"][0].get("reason").is_some());
+}
+
+#[test]
+fn prune_reports_what_it_removed_and_shows_progress_as_plain_text_off_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = device_db(dir.path());
+    let path = db.to_str().unwrap();
+    let out = ok(&[
+        "prune",
+        path,
+        "--older-than",
+        "1d",
+        "--batch",
+        "2",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["executions"], 6, "only the delivered calls: {v:#}");
+    assert_eq!(v["tombstones_written"], 6);
+    assert_eq!(v["transitions"], 18);
+    let progress = stderr(&out);
+    assert!(
+        !progress.contains('\r'),
+        "no bar when stderr is not a terminal"
+    );
+    assert!(progress.contains("prune: 100% (6/6)"), "{progress}");
+    let stats = json(&["stats", path, "--json"]);
+    assert_eq!(stats["tombstones"], 6);
+    assert_eq!(stats["executions"], 3);
+    // A late retry of a pruned call, after the CLI pruned it: refused.
+    let (ledger, _clock) = open_at(&db);
+    let again = ledger
+        .begin(
+            &op("op_a"),
+            0,
+            &spec("c0", "send_email", r#"{"to":"ada@example.com"}"#),
+        )
+        .unwrap();
+    assert!(matches!(again, Begin::Failed { .. }), "{again:?}");
+    drop(ledger);
+    // Table output, nothing left to prune.
+    let table = stdout(&ok(&["prune", path, "--before", "9999999999999"]));
+    assert!(table.contains("executions"), "{table}");
+    assert!(table.contains("file "), "{table}");
+}
+
+#[test]
+fn export_writes_json_lines_without_values_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = device_db(dir.path());
+    let path = db.to_str().unwrap();
+    let out = ok(&["export", path]);
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), 9);
+    for line in &lines {
+        assert!(line["execution_id"].is_string());
+        assert!(line["status"].is_string());
+        for hidden in ["args", "result", "external_id", "reason"] {
+            assert!(line.get(hidden).is_none(), "{hidden} without --show-args");
+        }
+    }
+    assert!(!stdout(&out).contains("ada@example.com"));
+    assert!(stderr(&out).contains("9 execution(s) written to stdout"));
+
+    let file = dir.path().join("out.jsonl");
+    let out = ok(&[
+        "export",
+        path,
+        "--show-args",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert!(stdout(&out).is_empty(), "the lines went to the file");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert!(first.get("args").is_some());
+    assert!(text.contains("ada@example.com"));
+    assert!(
+        stderr(&out).contains("export: 9 execution(s)"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn bad_input_is_refused_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.db");
+    for cmd in ["stats", "recover", "export"] {
+        let out = run(&[cmd, missing.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{cmd}");
+        assert!(stderr(&out).contains("no such ledger file"), "{cmd}");
+        assert!(!missing.exists(), "{cmd} must not create a ledger");
+    }
+    let out = run(&["prune", missing.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "prune without a cutoff is a usage error"
+    );
+    let out = run(&["prune", "x.db", "--older-than", "soon"]);
+    assert_eq!(out.status.code(), Some(2));
+    let junk = dir.path().join("photo.jpg");
+    std::fs::write(&junk, b"not a database at all, just bytes ".repeat(100)).unwrap();
+    let before = std::fs::read(&junk).unwrap();
+    for cmd in [
+        vec!["stats"],
+        vec!["recover"],
+        vec!["export"],
+        vec!["prune", "--older-than", "1d"],
+    ] {
+        let mut args = vec![cmd[0], junk.to_str().unwrap()];
+        args.extend_from_slice(&cmd[1..]);
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&out).contains("not a toolledger database"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(std::fs::read(&junk).unwrap(), before, "left untouched");
+}
+
+#[test]
+fn a_tiny_bench_run_prints_every_figure_as_name_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(&[
+        "bench",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--calls",
+        "3",
+        "--batches",
+        "2",
+        "--rounds",
+        "3",
+        "--samples",
+        "20",
+        "--recover-rows",
+        "200",
+        "--no-strace",
+    ]);
+    let text = stdout(&out);
+    for key in [
+        "happy_path_vs_floor_ratio=",
+        "replay_p50_us=",
+        "round8_syncs=",
+        "round8_wal_commits=1",
+        "readonly_overhead_us=",
+        "readonly_wal_commits=0",
+        "replay_wal_commits=0",
+        "recover_1m_ms=",
+        "bytes_per_execution=",
+        "fsyncs_per_call=",
+        "peak_rss_kib=",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(key)),
+            "missing {key}:\n{text}"
+        );
+    }
+    assert!(text.contains("executions_needing_attention"), "{text}");
+    // The bench cleans up after itself.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // The strace child mode: N calls and the mean.
+    let child = ok(&[
+        "bench",
+        "--only",
+        "happy-path",
+        "--calls",
+        "3",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(stdout(&child).starts_with("mean_us="), "{}", stdout(&child));
+    let ledger = Ledger::open(&dir.path().join("happy.db"), Default::default()).unwrap();
+    let stats = ledger.stats().unwrap();
+    assert_eq!(
+        stats.executions_by_status,
+        vec![("result_delivered".to_owned(), 3)]
+    );
+}
