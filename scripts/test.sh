@@ -9,6 +9,9 @@ echo "== rust: cargo test (all targets, doc tests) =="
 cargo test --all-targets
 cargo test --doc
 
+echo "== rust: torture suite (SIGKILL and crash points, crash-points feature) =="
+cargo test --features crash-points --test torture
+
 for suite in scripts/test-python.sh scripts/test-kotlin.sh scripts/test-swift.sh; do
   if [ -x "$suite" ]; then
     echo "== ${suite} =="

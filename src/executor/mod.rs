@@ -232,6 +232,23 @@ impl Executor {
             self.inner.ledger.begin_round(op, round, &specs)?
         };
         let mut begins = begins.into_iter();
+        // One call (the common case) runs inline: no task, no thread hop.
+        if let ([tool], [desc], [ro]) = (
+            tools.as_slice(),
+            descriptors.as_slice(),
+            prepared_read_only.as_mut_slice(),
+        ) {
+            let outcome = match ro.take() {
+                Some(request) => readonly::run(self, tool.as_ref(), desc, request).await?,
+                None => {
+                    let begin = begins
+                        .next()
+                        .ok_or_else(|| Error::Internal("missing begin answer".into()))?;
+                    self.drive(tool.as_ref(), desc, begin).await?
+                }
+            };
+            return Ok(vec![outcome]);
+        }
         let semaphore = Arc::new(tokio::sync::Semaphore::new(
             self.inner.config.max_parallel.max(1),
         ));
