@@ -257,3 +257,32 @@ fn retryable_failure_runs_again_under_the_same_key() {
     let log = ledger.get(&t1.execution_id).unwrap().unwrap();
     assert_eq!(log.attempt_count, 2);
 }
+
+#[test]
+fn resume_without_suspend_returns_and_suspend_twice_is_harmless() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, _clock) = open_at(&dir.path().join("l.db"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ledger = std::sync::Arc::new(ledger);
+    let l2 = ledger.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(l2.resume().map(|pending| pending.len()));
+    });
+    let answer = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("resume() must not block");
+    assert_eq!(answer.unwrap(), 0);
+    ledger.suspend().unwrap();
+    ledger.suspend().unwrap();
+    assert!(matches!(
+        ledger.begin(&op("op"), 0, &spec("c", "t", "{}")),
+        Err(toolledger::ledger::Error::Store(
+            toolledger::store::Error::Suspended
+        ))
+    ));
+    ledger.resume().unwrap();
+    assert!(matches!(
+        ledger.begin(&op("op"), 0, &spec("c", "t", "{}")).unwrap(),
+        Begin::Execute(_)
+    ));
+}

@@ -50,6 +50,12 @@ impl Sessions {
     /// (Re)takes this session's lock.
     pub(crate) fn acquire(&self) -> std::io::Result<()> {
         let Some(dir) = &self.dir else { return Ok(()) };
+        // Already held (resume without suspend): taking it again through a
+        // second handle would block forever, since flock locks conflict
+        // across open file descriptions even within one process.
+        if self.held.lock().map(|h| h.is_some()).unwrap_or(false) {
+            return Ok(());
+        }
         fs::create_dir_all(dir)?;
         let file = OpenOptions::new()
             .create(true)

@@ -1,0 +1,119 @@
+// Tools as an iOS app would write them against the generated `ToolHandler`
+// protocol: final classes with only immutable (`let`) Sendable state, so
+// Swift 6 checks their Sendable conformance (the protocol requires it: the
+// library calls them from its own threads). Mutable counts live in actors.
+
+import Foundation
+import ToolLedger
+
+/// A count that tools bump from whatever thread the library calls them on.
+public actor Counter {
+    public private(set) var value = 0
+
+    public init() {}
+
+    @discardableResult
+    public func increment() -> Int {
+        value += 1
+        return value
+    }
+}
+
+/// A side-effecting tool: `perform` sends an email through `Downstream`
+/// under the request's downstream key; `lookup` finds it by that key.
+public final class SendEmail: ToolHandler {
+    public let downstream: Downstream
+    /// How many times `perform` ran.
+    public let calls = Counter()
+    /// How many times `lookup` ran.
+    public let lookups = Counter()
+    private let canLookup: Bool
+    private let requiresApproval: Bool
+    private let failure: (any Error)?
+    private let afterEffect: @Sendable () async -> Void
+
+    /// - Parameters:
+    ///   - failure: thrown by `perform` instead of performing the effect.
+    ///   - afterEffect: awaited after the effect, before `perform` returns
+    ///     (the crash child signals its parent and hangs here).
+    public init(
+        downstream: Downstream,
+        lookup: Bool = true,
+        requiresApproval: Bool = false,
+        failure: (any Error)? = nil,
+        afterEffect: @escaping @Sendable () async -> Void = {}
+    ) {
+        self.downstream = downstream
+        self.canLookup = lookup
+        self.requiresApproval = requiresApproval
+        self.failure = failure
+        self.afterEffect = afterEffect
+    }
+
+    public func descriptor() throws -> ToolDescriptor {
+        ToolDescriptor(
+            name: "send_email", version: 1, effect: .sideEffect, batch: .atomic,
+            lookup: canLookup, requiresApproval: requiresApproval)
+    }
+
+    public func perform(request: ToolRequest) async throws -> PerformOutcome {
+        await calls.increment()
+        await Task.yield()  // a real suspension point on the app's side
+        if let failure { throw failure }
+        let id = try downstream.perform(key: request.downstreamKey)
+        await afterEffect()
+        return .committed(resultJson: sentJSON(id), externalId: id)
+    }
+
+    public func lookup(request: ToolRequest) async throws -> LookupOutcome {
+        await lookups.increment()
+        guard let id = try downstream.find(key: request.downstreamKey) else { return .notFound }
+        return .found(resultJson: sentJSON(id), externalId: id)
+    }
+
+    public func approvalPreview(argumentsJson: String) throws -> String? {
+        let args = try JSONSerialization.jsonObject(with: Data(argumentsJson.utf8)) as? [String: Any]
+        return json(["to": args?["to"] as? String ?? "?"])
+    }
+}
+
+/// A read-only tool: the ledger records nothing for it.
+public final class Weather: ToolHandler {
+    public let calls = Counter()
+
+    public init() {}
+
+    public func descriptor() throws -> ToolDescriptor {
+        ToolDescriptor(name: "weather", version: 1, effect: .readOnly, batch: .atomic)
+    }
+
+    public func perform(request: ToolRequest) async throws -> PerformOutcome {
+        await calls.increment()
+        return .committed(resultJson: #"{"celsius":21}"#, externalId: nil)
+    }
+
+    public func lookup(request: ToolRequest) async throws -> LookupOutcome { .unsupported }
+
+    public func approvalPreview(argumentsJson: String) throws -> String? { nil }
+}
+
+/// The model's call of `send_email`, as the app hands it to the executor.
+public func emailCall(
+    callId: String = "call_1", to: String = "a@example.com", body: String = "hi"
+) -> ToolCall {
+    ToolCall(
+        provider: .custom, callId: callId, toolName: "send_email",
+        arguments: json(["to": to, "body": body]))
+}
+
+/// `{"sent":true,"id":…}`: what `send_email` hands the model.
+public func sentJSON(_ id: String) -> String {
+    #"{"sent":true,"id":"# + json(id) + "}"
+}
+
+/// JSON text of a string or a string-to-string object, keys sorted.
+public func json(_ value: Any) -> String {
+    let data = try? JSONSerialization.data(
+        withJSONObject: value, options: [.sortedKeys, .fragmentsAllowed, .withoutEscapingSlashes])
+    return data.map { String(decoding: $0, as: UTF8.self) } ?? "null"
+}
