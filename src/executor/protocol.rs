@@ -139,15 +139,7 @@ impl Executor {
         desc: &ToolDescriptor,
         ticket: Ticket,
     ) -> Result<Step> {
-        let request = ToolRequest {
-            execution_id: ticket.execution_id.clone(),
-            downstream_key: ticket.downstream_key.clone(),
-            tool_name: ticket.tool_name.clone(),
-            arguments_json: ticket.args_json.clone(),
-            attempt: ticket.attempt,
-            item_index: None,
-            external_id: ticket.external_id.clone(),
-        };
+        let request = request_for(&ticket);
         crashpoint::hit(CrashPoint::BeforeRequest);
         let outcome = self.perform_guarded(tool, &desc.name, request).await;
         self.after_perform(desc, ticket, outcome).await
@@ -268,16 +260,7 @@ impl Executor {
         let cancelled = self.operation_cancelled(&id)?;
         let attempts_left = !cancelled && ticket.attempt < self.config().max_attempts;
         if desc.lookup {
-            let request = ToolRequest {
-                execution_id: id.clone(),
-                downstream_key: ticket.downstream_key.clone(),
-                tool_name: ticket.tool_name.clone(),
-                arguments_json: ticket.args_json.clone(),
-                attempt: ticket.attempt,
-                item_index: None,
-                external_id: ticket.external_id.clone(),
-            };
-            match tool.lookup(request).await {
+            match tool.lookup(request_for(&ticket)).await {
                 Ok(LookupOutcome::Found {
                     result_json,
                     external_id,
@@ -388,6 +371,19 @@ impl Executor {
         };
         self.metrics_sink().latency(tool_name, started.elapsed());
         outcome
+    }
+}
+
+/// The request for one attempt (or lookup) of a whole-call execution.
+fn request_for(ticket: &Ticket) -> ToolRequest {
+    ToolRequest {
+        execution_id: ticket.execution_id.clone(),
+        downstream_key: ticket.downstream_key.clone(),
+        tool_name: ticket.tool_name.clone(),
+        arguments_json: ticket.args_json.clone(),
+        attempt: ticket.attempt,
+        item_index: None,
+        external_id: ticket.external_id.clone(),
     }
 }
 

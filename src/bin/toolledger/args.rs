@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::crash::Boundary;
+use crate::crash::{self, Boundary};
 use crate::tool_args::{self, BenchArgs, DbArgs, ExportArgs, PruneArgs};
 use crate::{CliError, CliResult};
 
@@ -157,10 +157,10 @@ fn parse_demo<'a>(mut it: impl Iterator<Item = &'a String>) -> CliResult<Command
             "--db" => out.db = Some(PathBuf::from(value(flag, inline, &mut it)?)),
             "--crash-at" => {
                 let name = value(flag, inline, &mut it)?;
-                out.crash_at = Some(Boundary::parse(name).ok_or_else(|| {
+                out.crash_at = Some(crash::parse_boundary(name).ok_or_else(|| {
                     usage(format!(
                         "unknown boundary `{name}`; valid boundaries: {}",
-                        Boundary::names()
+                        crash::boundary_names()
                     ))
                 })?);
             }
@@ -251,7 +251,7 @@ mod tests {
         else {
             panic!("expected a usage error");
         };
-        for b in Boundary::ALL {
+        for b in crash::BOUNDARIES {
             assert!(msg.contains(b.name()), "{msg}");
         }
     }
