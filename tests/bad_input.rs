@@ -168,7 +168,7 @@ fn unknown_ids_and_wrong_steps_are_typed_errors() {
         Err(Error::NotFound(_))
     ));
     assert!(matches!(
-        ledger.mark_delivered(&[ghost.clone()]),
+        ledger.mark_delivered(std::slice::from_ref(&ghost)),
         Err(Error::NotFound(_))
     ));
     assert!(matches!(ledger.cancel(&ghost), Err(Error::NotFound(_))));

@@ -38,7 +38,7 @@ fn replay_returns_the_stored_result_byte_for_byte_and_runs_nothing() {
     assert_eq!(executes, 0);
     // Still replays after delivery and after reopening the file.
     ledger
-        .mark_delivered(&[ticket.execution_id.clone()])
+        .mark_delivered(std::slice::from_ref(&ticket.execution_id))
         .unwrap();
     drop(ledger);
     let (ledger, _clock) = open_at(&dir.path().join("l.db"));
