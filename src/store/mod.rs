@@ -77,7 +77,7 @@ impl Store {
     /// [`Error::CannotOpen`], [`Error::ReadOnly`], [`Error::Busy`].
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
         let location = Location::File(path.to_path_buf());
-        let conn = connect(&location, &options)?;
+        let conn = connect(&location, &options).map_err(|e| refine_cannot_open(e, path))?;
         Ok(Store {
             conn: Mutex::new(Some(conn)),
             location,
@@ -206,6 +206,26 @@ impl Store {
     /// True between [`Store::suspend`] and [`Store::resume`].
     pub fn is_suspended(&self) -> bool {
         self.conn.lock().map(|g| g.is_none()).unwrap_or(false)
+    }
+}
+
+/// SQLite says "cannot open" both for a missing directory and for an
+/// existing database on a read-only file system (it cannot create `-shm`);
+/// the second is reported as [`Error::ReadOnly`].
+fn refine_cannot_open(err: Error, path: &Path) -> Error {
+    if !matches!(err, Error::CannotOpen) || !path.exists() {
+        return err;
+    }
+    match std::fs::OpenOptions::new().write(true).open(path) {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            Error::ReadOnly
+        }
+        _ => err,
     }
 }
 
