@@ -118,7 +118,6 @@ pub(super) fn block<'a>(call: &'a ToolCall, output: &'a Output) -> ToolResultBlo
 mod tests {
     use super::super::{
         parse_tool_calls, render_anthropic_user_message, render_tool_result, ParseLimits,
-        ToolResultContent,
     };
     use super::*;
 
@@ -126,22 +125,10 @@ mod tests {
         parse_tool_calls(ANTHROPIC, json, 3, &ParseLimits::default())
     }
 
-    fn call(id: &str, name: &str, args: &str, position: u32) -> ToolCall {
-        ToolCall {
-            provider: ANTHROPIC,
-            call_id: id.into(),
-            call_id_derived: false,
-            tool_name: name.into(),
-            arguments: args.into(),
-            position,
-        }
-    }
+    use super::super::tests::result;
 
-    fn result(output_json: &str, is_error: bool) -> ToolResultContent {
-        ToolResultContent {
-            output_json: output_json.into(),
-            is_error,
-        }
+    fn call(id: &str, name: &str, args: &str, position: u32) -> ToolCall {
+        super::super::tests::tool_call(ANTHROPIC, id, false, name, args, position)
     }
 
     #[test]

@@ -153,14 +153,7 @@ mod tests {
     }
 
     fn call(id: &str, derived: bool, name: &str, args: &str, position: u32) -> ToolCall {
-        ToolCall {
-            provider: GEMINI,
-            call_id: id.into(),
-            call_id_derived: derived,
-            tool_name: name.into(),
-            arguments: args.into(),
-            position,
-        }
+        super::super::tests::tool_call(GEMINI, id, derived, name, args, position)
     }
 
     #[test]

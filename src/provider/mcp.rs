@@ -170,7 +170,6 @@ pub(super) fn response<'a>(
 mod tests {
     use super::super::{
         parse_tool_calls, render_mcp_batch_response, render_tool_result, ParseLimits,
-        ToolResultContent,
     };
     use super::*;
 
@@ -178,22 +177,10 @@ mod tests {
         parse_tool_calls(MCP, json, 0, &ParseLimits::default())
     }
 
-    fn call(id: &str, name: &str, args: &str, position: u32) -> ToolCall {
-        ToolCall {
-            provider: MCP,
-            call_id: id.into(),
-            call_id_derived: false,
-            tool_name: name.into(),
-            arguments: args.into(),
-            position,
-        }
-    }
+    use super::super::tests::result;
 
-    fn result(output_json: &str, is_error: bool) -> ToolResultContent {
-        ToolResultContent {
-            output_json: output_json.into(),
-            is_error,
-        }
+    fn call(id: &str, name: &str, args: &str, position: u32) -> ToolCall {
+        super::super::tests::tool_call(MCP, id, false, name, args, position)
     }
 
     #[test]

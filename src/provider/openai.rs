@@ -205,14 +205,7 @@ mod tests {
     }
 
     fn call(provider: Provider, id: &str, name: &str, args: &str, position: u32) -> ToolCall {
-        ToolCall {
-            provider,
-            call_id: id.into(),
-            call_id_derived: false,
-            tool_name: name.into(),
-            arguments: args.into(),
-            position,
-        }
+        super::super::tests::tool_call(provider, id, false, name, args, position)
     }
 
     #[test]

@@ -21,10 +21,31 @@ fn all() -> [(Provider, &'static str); 5] {
     ]
 }
 
-fn result(output_json: &str, is_error: bool) -> ToolResultContent {
+/// A tool result as the renderers take it (shared by the per-format tests).
+pub(super) fn result(output_json: &str, is_error: bool) -> ToolResultContent {
     ToolResultContent {
         output_json: output_json.into(),
         is_error,
+    }
+}
+
+/// A parsed call as the parsers should produce it (shared by the per-format
+/// tests).
+pub(super) fn tool_call(
+    provider: Provider,
+    id: &str,
+    derived: bool,
+    name: &str,
+    args: &str,
+    position: u32,
+) -> ToolCall {
+    ToolCall {
+        provider,
+        call_id: id.into(),
+        call_id_derived: derived,
+        tool_name: name.into(),
+        arguments: args.into(),
+        position,
     }
 }
 
