@@ -38,9 +38,8 @@ fn an_empty_file_is_migrated_to_the_current_version_in_wal_mode() {
             "executions",
             "jobs",
             "operations",
-            "rounds",
             "tombstones",
-            "transitions",
+            "transitions_orphaned",
             "webhook_events"
         ]
     );

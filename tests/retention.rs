@@ -343,6 +343,10 @@ fn prune_respects_the_cutoff_and_removes_everything_hanging_off_an_execution() {
     assert_eq!(report.jobs, 1);
     assert_eq!(report.webhook_events, 2);
     assert_eq!(report.batch_items, 2);
+    // The log entries went with their rows: the approved job logged
+    // prepare, approve, start, commit, deliver; the batch start, commit,
+    // deliver.
+    assert_eq!(report.transitions, 8, "{report:?}");
     assert_eq!(report.operations, 1);
     assert_eq!(seen.last(), Some(&(2, 2)), "{seen:?}");
     assert!(
@@ -356,13 +360,7 @@ fn prune_respects_the_cutoff_and_removes_everything_hanging_off_an_execution() {
     );
     // No orphan is left in any table.
     let conn = Connection::open(dir.path().join("l.db")).unwrap();
-    for table in [
-        "approvals",
-        "batch_items",
-        "jobs",
-        "webhook_events",
-        "transitions",
-    ] {
+    for table in ["approvals", "batch_items", "jobs", "webhook_events"] {
         let orphans: i64 = conn
             .query_row(
                 &format!(
@@ -504,7 +502,8 @@ fn v1_database(path: &std::path::Path) {
             '{\"ok\":true}', 1, 2);
          INSERT INTO transitions (execution_id, from_status, to_status, transition, attempt,
             session_id, reason, at_ms)
-         VALUES ('o:round_0:c1:send:v1', NULL, 'executing', 'start', 1, 's', NULL, 1),
+         VALUES ('o:round_0:c1:send:v1', NULL, 'executing', 'start', 1, 's', 'why|not
+100%', 1),
                 ('other', NULL, 'executing', 'start', 1, 's', NULL, 1),
                 ('o:round_0:c1:send:v1', 'executing', 'committed', 'commit', 1, 's', NULL, 2);
          INSERT INTO webhook_events VALUES ('svc', 'e1', 'o:round_0:c1:send:v1', 2);",
@@ -524,26 +523,33 @@ fn schema(path: &std::path::Path) -> Vec<(String, String, Option<String>)> {
 }
 
 #[test]
-fn a_v1_database_migrates_to_v2_and_equals_a_fresh_v2_schema() {
+fn a_v1_database_migrates_to_the_current_version_and_equals_a_fresh_schema() {
     let dir = tempfile::tempdir().unwrap();
     let old = dir.path().join("v1.db");
     v1_database(&old);
     let (ledger, _clock) = open_at(&old);
     let id = ExecutionId::parse("o:round_0:c1:send:v1").unwrap();
-    // The records survived, the log kept its order and grows after it.
+    // The records survived, the log kept its order (and its reasons, with
+    // the characters the version 3 log line escapes) and grows after it.
     let rec = ledger.get(&id).unwrap().unwrap();
     assert_eq!(rec.result_json.as_deref(), Some(r#"{"ok":true}"#));
+    assert_eq!(rec.status, ExecutionStatus::Committed);
     ledger.mark_delivered(std::slice::from_ref(&id)).unwrap();
-    let log: Vec<String> = ledger
-        .transitions(&id)
-        .unwrap()
-        .into_iter()
-        .map(|t| t.transition)
-        .collect();
-    assert_eq!(log, ["start", "commit", "deliver"]);
+    let log = ledger.transitions(&id).unwrap();
+    let names: Vec<&str> = log.iter().map(|t| t.transition.as_str()).collect();
+    assert_eq!(names, ["start", "commit", "deliver"]);
+    assert_eq!(log[0].reason.as_deref(), Some("why|not\n100%"));
+    assert_eq!(log[0].from, None);
+    assert_eq!(log[1].from, Some(ExecutionStatus::Executing));
+    assert_eq!(log[1].reason, None);
+    assert_eq!(log[2].to, ExecutionStatus::ResultDelivered);
+    assert!(
+        ledger.recover().unwrap().is_empty(),
+        "delivered: nothing needs attention"
+    );
     drop(ledger);
 
-    let fresh = dir.path().join("v2.db");
+    let fresh = dir.path().join("fresh.db");
     drop(open_at(&fresh));
     assert_eq!(schema(&old), schema(&fresh));
     let conn = Connection::open(&old).unwrap();
@@ -551,13 +557,35 @@ fn a_v1_database_migrates_to_v2_and_equals_a_fresh_v2_schema() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert_eq!(version, CURRENT_VERSION);
-    assert_eq!(CURRENT_VERSION, 2);
-    let log_rows: i64 = conn
-        .query_row("SELECT count(*) FROM transitions", [], |r| r.get(0))
+    assert_eq!(CURRENT_VERSION, 3);
+    // The log row that named no execution was kept, not dropped.
+    let orphans: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM transitions_orphaned WHERE execution_id = 'other'",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
-    assert_eq!(log_rows, 4, "every v1 log row was carried over");
-    // The append-only guard came along.
-    assert!(conn
-        .execute("UPDATE transitions SET reason = 'x'", [])
-        .is_err());
+    assert_eq!(orphans, 1);
+    let webhooks: i64 = conn
+        .query_row("SELECT count(*) FROM webhook_events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(webhooks, 1);
+    // The append-only guard came along: the log may grow, never change.
+    let err = conn
+        .execute("UPDATE executions SET history = 'x'", [])
+        .unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    let err = conn
+        .execute(
+            "UPDATE executions SET history = substr(history, 2) || 'x'",
+            [],
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    // The attention flag cannot disagree with the status.
+    let err = conn
+        .execute("UPDATE executions SET needs_attention = 1", [])
+        .unwrap_err();
+    assert!(err.to_string().contains("CHECK"), "{err}");
 }

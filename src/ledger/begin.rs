@@ -141,9 +141,8 @@ impl Ledger {
         compensates: Option<&ExecutionId>,
     ) -> Result<Vec<Begin>> {
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             let op_status = dao.ensure_operation(op, now)?;
-            dao.ensure_round(op, round, now)?;
             calls
                 .iter()
                 .map(|p| match dao.execution(&p.id)? {

@@ -75,7 +75,7 @@ impl Ledger {
     ) -> Result<bool> {
         canonicalize(result_json, &self.config.json_limits)?;
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             let rec = dao
                 .execution(id)?
                 .ok_or_else(|| Error::NotFound(id.clone()))?;
@@ -115,7 +115,7 @@ impl Ledger {
     /// is stored, storage errors.
     pub fn record_job(&self, id: &ExecutionId, job_id: &str) -> Result<()> {
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             dao.execution(id)?
                 .ok_or_else(|| Error::NotFound(id.clone()))?;
             if !dao.set_external_id(id, job_id, now)? {
@@ -168,7 +168,7 @@ impl Ledger {
             canonicalize(result_json, &self.config.json_limits)?;
         }
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             let rec = dao
                 .execution(id)?
                 .ok_or_else(|| Error::NotFound(id.clone()))?;

@@ -8,7 +8,7 @@
 //! | [`Ledger::begin_round`] / [`Ledger::begin`] | 1 fsync for the whole round | the intent (`executing` + downstream key) is durable before any tool runs |
 //! | [`Ledger::commit`] | 1 fsync | the result is durable before the model sees it |
 //! | [`Ledger::record_external_id`], approvals, failures, unknown outcomes | 1 fsync each | off the happy path |
-//! | [`Ledger::mark_delivered`] | none (lazy) | losing it only replays the stored result |
+//! | [`Ledger::mark_delivered`] | none (deferred into the next write) | losing it only replays the stored result |
 //! | [`Ledger::recover`] | none (lazy) | a lost `outcome_unknown` mark of a dead session's row is made again by the next `recover` |
 //! | replay (`begin` of a committed call) | none | nothing is written |
 //!
@@ -46,7 +46,7 @@ mod session;
 mod steps;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub use answers::{
@@ -95,7 +95,39 @@ pub struct Ledger {
     clock: Arc<dyn Clock>,
     sessions: Sessions,
     config: LedgerConfig,
+    /// Delivery marks checked by `mark_delivered` and not yet written, and
+    /// the executions this ledger committed last (see [`Ledger::write`]).
+    deliveries: Mutex<Deliveries>,
 }
+
+/// The delivery bookkeeping of one ledger.
+#[derive(Debug, Default)]
+struct Deliveries {
+    /// Checked marks waiting for the next write.
+    queued: Vec<DeliveryMark>,
+    /// The last executions committed through this ledger (committed is
+    /// final but for delivery), so `mark_delivered` right after a commit
+    /// needs no read to check them. Bounded by [`RECENT_COMMITS`].
+    recent_commits: std::collections::VecDeque<DeliveryMark>,
+}
+
+/// One checked, not yet written `committed -> result_delivered` mark.
+#[derive(Debug, Clone)]
+struct DeliveryMark {
+    execution_id: ExecutionId,
+    /// The execution's attempt count (final once committed), for the log.
+    attempt: u32,
+    /// When `mark_delivered` was called: the row's update time and the log
+    /// entry's time, however late the mark is written.
+    at_ms: i64,
+}
+
+/// Queued marks past this many are written at once (one lazy write) rather
+/// than waiting for the next write.
+const MAX_QUEUED_DELIVERIES: usize = 256;
+
+/// How many recent commits `mark_delivered` can check without a read.
+const RECENT_COMMITS: usize = 64;
 
 impl Ledger {
     /// Opens (creating if needed) the ledger database at `path` with the
@@ -142,6 +174,7 @@ impl Ledger {
             clock,
             sessions,
             config,
+            deliveries: Mutex::new(Deliveries::default()),
         })
     }
 
@@ -173,6 +206,7 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn get(&self, id: &ExecutionId) -> Result<Option<ExecutionRecord>> {
+        self.settle_deliveries()?;
         self.store.read(|dao| Ok(dao.execution(id)?))
     }
 
@@ -181,6 +215,7 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn list(&self, op: &OperationId) -> Result<Vec<ExecutionRecord>> {
+        self.settle_deliveries()?;
         self.store.read(|dao| Ok(dao.executions_of(op)?))
     }
 
@@ -200,6 +235,7 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn compensations(&self, original: &ExecutionId) -> Result<Vec<ExecutionRecord>> {
+        self.settle_deliveries()?;
         self.store.read(|dao| Ok(dao.compensations_of(original)?))
     }
 
@@ -218,7 +254,7 @@ impl Ledger {
     /// Storage errors.
     pub fn recover(&self) -> Result<Vec<ExecutionRecord>> {
         let now = self.now();
-        self.store.write(Durability::Lazy, |dao| {
+        self.write(Durability::Lazy, |dao| {
             let mut pending = dao.executions_needing_attention()?;
             for rec in pending.iter_mut() {
                 if rec.status == ExecutionStatus::Executing && !self.owner_is_live(rec, now) {
@@ -272,6 +308,7 @@ impl Ledger {
     /// # Errors
     /// Storage errors from the checkpoint.
     pub fn suspend(&self) -> Result<()> {
+        self.settle_deliveries()?;
         self.store.suspend()?;
         self.sessions.release();
         Ok(())
@@ -305,6 +342,7 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn transitions(&self, id: &ExecutionId) -> Result<Vec<crate::model::TransitionEntry>> {
+        self.settle_deliveries()?;
         self.store.read(|dao| Ok(dao.transitions_of(id)?))
     }
 
@@ -313,6 +351,115 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn stats(&self) -> Result<crate::store::StoreStats> {
+        self.settle_deliveries()?;
         self.store.read(|dao| Ok(dao.stats()?))
+    }
+}
+
+impl Ledger {
+    /// Every write of the ledger goes through here: it first applies the
+    /// queued delivery marks inside the same transaction (so they cost no
+    /// sync of their own and become durable with it), then runs `f`. If the
+    /// transaction fails the marks are queued again.
+    fn write<T>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&crate::store::Dao<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut taken: Vec<DeliveryMark> = Vec::new();
+        let out = self.store.write(durability, |dao| {
+            // Taken under the store's lock: no other write applies them too.
+            taken = std::mem::take(&mut self.deliveries_lock().queued);
+            for mark in &taken {
+                // A row no longer `committed` (delivered meanwhile by another
+                // process) is left alone: the guarded move reports false.
+                dao.move_status(
+                    &mark.execution_id,
+                    ExecutionStatus::Committed,
+                    Transition::Deliver,
+                    ExecutionStatus::ResultDelivered,
+                    &StatusFields {
+                        attempt: Some(mark.attempt),
+                        ..StatusFields::default()
+                    },
+                    self.session_id(),
+                    mark.at_ms,
+                )?;
+            }
+            f(dao)
+        });
+        if out.is_err() && !taken.is_empty() {
+            self.deliveries_lock().queued.append(&mut taken);
+        }
+        out
+    }
+
+    fn deliveries_lock(&self) -> MutexGuard<'_, Deliveries> {
+        // The queue holds plain data: a panic elsewhere cannot leave it torn.
+        self.deliveries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn queue_deliveries(&self, marks: Vec<DeliveryMark>) -> Result<()> {
+        let queued = {
+            let mut d = self.deliveries_lock();
+            d.queued.extend(marks);
+            d.queued.len()
+        };
+        if queued > MAX_QUEUED_DELIVERIES {
+            self.settle_deliveries()?;
+        }
+        Ok(())
+    }
+
+    /// Remembers a commit made through this ledger (see [`Deliveries`]).
+    fn remember_commit(&self, execution_id: &ExecutionId, attempt: u32) {
+        let mut d = self.deliveries_lock();
+        if d.recent_commits.len() == RECENT_COMMITS {
+            d.recent_commits.pop_front();
+        }
+        d.recent_commits.push_back(DeliveryMark {
+            execution_id: execution_id.clone(),
+            attempt,
+            at_ms: 0,
+        });
+    }
+
+    /// The marks for `ids` that recent commits already vouch for, or `None`
+    /// when some id must be checked by a read.
+    fn marks_from_recent_commits(
+        &self,
+        ids: &[ExecutionId],
+        now: i64,
+    ) -> Option<Vec<DeliveryMark>> {
+        let d = self.deliveries_lock();
+        ids.iter()
+            .map(|id| {
+                d.recent_commits
+                    .iter()
+                    .rev()
+                    .find(|m| m.execution_id == *id)
+                    .map(|m| DeliveryMark {
+                        at_ms: now,
+                        ..m.clone()
+                    })
+            })
+            .collect()
+    }
+
+    /// Writes the queued delivery marks now (one lazy write), if any.
+    fn settle_deliveries(&self) -> Result<()> {
+        if self.deliveries_lock().queued.is_empty() {
+            return Ok(());
+        }
+        self.write(Durability::Lazy, |_| Ok(()))
+    }
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        // Best effort: a mark lost here only replays a stored result.
+        let _ = self.settle_deliveries();
     }
 }

@@ -232,7 +232,7 @@ impl Ledger {
         let mut done = 0;
         let mut deferred: Vec<PruneCandidate> = Vec::new();
         loop {
-            let (part, examined, next, held) = self.store.write(Durability::Lazy, |dao| {
+            let (part, examined, next, held) = self.write(Durability::Lazy, |dao| {
                 let candidates = dao.prune_candidates(cutoff_ms, cursor, batch)?;
                 let next = candidates.last().map(|c| c.cursor);
                 let mut held = Vec::new();
@@ -263,7 +263,7 @@ impl Ledger {
         // first, so a compensation of a compensation frees its original.
         if !deferred.is_empty() {
             deferred.reverse();
-            let (part, kept) = self.store.write(Durability::Lazy, |dao| {
+            let (part, kept) = self.write(Durability::Lazy, |dao| {
                 let mut part = PruneReport::default();
                 let mut kept = 0;
                 for c in &deferred {
@@ -279,7 +279,7 @@ impl Ledger {
             report.merge(&part);
             report.kept_for_compensations = kept;
         }
-        let removed = self.store.write(Durability::Full, |dao| {
+        let removed = self.write(Durability::Full, |dao| {
             let removed = if options.keep_tombstones {
                 0
             } else {
@@ -333,23 +333,23 @@ impl Ledger {
     }
 }
 
-/// Prunes `ready` inside the open transaction, then the rounds and
-/// operations they leave empty.
+/// Prunes `ready` inside the open transaction, then the operations they
+/// leave empty.
 fn prune_batch(
     dao: &Dao<'_>,
     ready: Vec<&PruneCandidate>,
     tombstone_at: Option<i64>,
 ) -> Result<PruneReport> {
     let mut part = PruneReport::default();
-    let mut touched: BTreeSet<(&OperationId, u32)> = BTreeSet::new();
+    let mut touched: BTreeSet<&OperationId> = BTreeSet::new();
     for c in ready {
         if let Some(rows) = dao.prune_execution(&c.execution_id, tombstone_at)? {
             part.add(rows, tombstone_at.is_some());
-            touched.insert((&c.operation_id, c.round));
+            touched.insert(&c.operation_id);
         }
     }
-    for (op, round) in touched {
-        part.operations += dao.prune_empty_round(op, round)?;
+    for op in touched {
+        part.operations += dao.prune_empty_operation(op)?;
     }
     Ok(part)
 }

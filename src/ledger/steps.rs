@@ -5,11 +5,11 @@
 //! against the transition table and writes it with the transition log entry.
 
 use super::answers::{CancelOutcome, Resolution, Resolved, StoredResult, Ticket};
-use super::{Error, Ledger, Result};
+use super::{DeliveryMark, Error, Ledger, Result};
 use crate::model::canonical::canonicalize;
 use crate::model::{
-    ArgsDigest, ExecutionId, ExecutionRecord, ExecutionStatus, OperationId, OperationStatus,
-    Transition,
+    check_transition, ArgsDigest, ExecutionId, ExecutionRecord, ExecutionStatus, OperationId,
+    OperationStatus, Transition,
 };
 use crate::store::{Dao, Durability, StatusFields};
 
@@ -37,7 +37,7 @@ impl Ledger {
             canonicalize(preview, &self.config.json_limits)?;
         }
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             let rec = load(dao, id)?;
             check_digest(&rec, digest)?;
             self.step(dao, &rec, Transition::Approve, StatusFields::default(), now)?;
@@ -52,7 +52,7 @@ impl Ledger {
     /// As [`Ledger::approve`].
     pub fn reject(&self, id: &ExecutionId, digest: &ArgsDigest, reason: &str) -> Result<()> {
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             let rec = load(dao, id)?;
             check_digest(&rec, digest)?;
             self.step(
@@ -80,7 +80,7 @@ impl Ledger {
     /// non-retryable failure), [`Error::NotFound`], storage errors.
     pub fn mark_executing(&self, id: &ExecutionId) -> Result<Ticket> {
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             let rec = load(dao, id)?;
             let transition = match rec.status {
                 ExecutionStatus::Prepared if rec.requires_approval => {
@@ -119,7 +119,7 @@ impl Ledger {
     /// [`Error::NotFound`]; storage errors.
     pub fn record_external_id(&self, id: &ExecutionId, external_id: &str) -> Result<()> {
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             load(dao, id)?;
             if dao.set_external_id(id, external_id, now)? {
                 Ok(())
@@ -137,7 +137,7 @@ impl Ledger {
     pub fn renew_lease(&self, id: &ExecutionId) -> Result<bool> {
         let now = self.now();
         let deadline = self.lease_deadline(now);
-        self.store.write(Durability::Lazy, |dao| {
+        self.write(Durability::Lazy, |dao| {
             Ok(dao.renew_lease(id, self.session_id(), deadline)?)
         })
     }
@@ -159,10 +159,13 @@ impl Ledger {
     ) -> Result<StoredResult> {
         canonicalize(result_json, &self.config.json_limits)?;
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        let (stored, attempt) = self.write(Durability::Full, |dao| {
             let rec = load(dao, id)?;
-            self.commit_in(dao, &rec, result_json, external_id, now)
-        })
+            let stored = self.commit_in(dao, &rec, result_json, external_id, now)?;
+            Ok((stored, rec.attempt_count))
+        })?;
+        self.remember_commit(id, attempt);
+        Ok(stored)
     }
 
     pub(super) fn commit_in(
@@ -227,7 +230,7 @@ impl Ledger {
         retryable: bool,
     ) -> Result<()> {
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             let rec = load(dao, id)?;
             self.step(
                 dao,
@@ -251,7 +254,7 @@ impl Ledger {
     /// [`Error::InvalidTransition`] unless `executing`; [`Error::NotFound`].
     pub fn mark_outcome_unknown(&self, id: &ExecutionId, reason: &str) -> Result<()> {
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             let rec = load(dao, id)?;
             self.step(
                 dao,
@@ -278,7 +281,7 @@ impl Ledger {
             canonicalize(result_json, &self.config.json_limits)?;
         }
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             let rec = load(dao, id)?;
             if rec.status != ExecutionStatus::OutcomeUnknown {
                 return Err(Error::InvalidTransition {
@@ -326,23 +329,44 @@ impl Ledger {
         })
     }
 
-    /// Marks results as handed to the model. Lazy (no sync): losing it only
-    /// replays the stored result. Already-delivered ids are skipped.
+    /// Marks results as handed to the model. Lazy: the marks are checked
+    /// now (one read) and written with the next write of this ledger — the
+    /// next `begin` or `commit` carries them in its own transaction, at no
+    /// extra sync —, or by a lazy write before any read that reports statuses
+    /// ([`Ledger::get`], [`Ledger::list`], [`Ledger::recover`], …), by
+    /// [`Ledger::suspend`], or when the ledger is dropped. Losing them (the
+    /// process dies first) only replays the stored result. Already-delivered
+    /// ids are skipped.
     ///
     /// # Errors
     /// [`Error::InvalidTransition`] for an id that has not committed (nothing
-    /// of the batch is written then), [`Error::NotFound`].
+    /// of the batch is marked then), [`Error::NotFound`].
     pub fn mark_delivered(&self, ids: &[ExecutionId]) -> Result<()> {
+        // Results committed through this ledger a moment ago (the usual
+        // case) are known to be committed or delivered: no read needed.
         let now = self.now();
-        self.store.write(Durability::Lazy, |dao| {
+        if let Some(marks) = self.marks_from_recent_commits(ids, now) {
+            return self.queue_deliveries(marks);
+        }
+        let marks = self.store.read(|dao| {
+            let mut marks = Vec::with_capacity(ids.len());
             for id in ids {
-                let rec = load(dao, id)?;
-                if rec.status != ExecutionStatus::ResultDelivered {
-                    self.step(dao, &rec, Transition::Deliver, StatusFields::default(), now)?;
+                let (status, attempt) = dao
+                    .status_and_attempt(id)?
+                    .ok_or_else(|| Error::NotFound(id.clone()))?;
+                if status != ExecutionStatus::ResultDelivered {
+                    check_transition(status, Transition::Deliver)
+                        .map_err(|e| Error::transition(id, e))?;
+                    marks.push(DeliveryMark {
+                        execution_id: id.clone(),
+                        attempt,
+                        at_ms: now,
+                    });
                 }
             }
-            Ok(())
-        })
+            Ok::<_, Error>(marks)
+        })?;
+        self.queue_deliveries(marks)
     }
 
     /// Cancels one execution if nothing can have reached the downstream.
@@ -351,7 +375,7 @@ impl Ledger {
     /// [`Error::NotFound`], storage errors.
     pub fn cancel(&self, id: &ExecutionId) -> Result<CancelOutcome> {
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             let rec = load(dao, id)?;
             self.cancel_in(dao, &rec, now)
         })
@@ -389,7 +413,7 @@ impl Ledger {
     /// Storage errors.
     pub fn cancel_operation(&self, op: &OperationId) -> Result<OperationStatus> {
         let now = self.now();
-        self.store.write(Durability::Full, |dao| {
+        self.write(Durability::Full, |dao| {
             dao.ensure_operation(op, now)?;
             let mut committed = false;
             for rec in dao.executions_of(op)? {
@@ -411,7 +435,7 @@ impl Ledger {
     /// Storage errors.
     pub fn complete_operation(&self, op: &OperationId) -> Result<()> {
         let now = self.now();
-        self.store.write(Durability::Lazy, |dao| {
+        self.write(Durability::Lazy, |dao| {
             if dao.ensure_operation(op, now)? == OperationStatus::Open {
                 dao.set_operation_status(op, OperationStatus::Completed, now)?;
             }

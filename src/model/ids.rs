@@ -152,6 +152,20 @@ impl OperationId {
         }
         Ok(OperationId(value))
     }
+
+    /// The half-open range `[start, end)` holding exactly the ids of this
+    /// operation's executions (compensations included): every such id starts
+    /// with the escaped operation id and `:`, and an escaped component never
+    /// contains `:`, so no other operation's ids fall inside.
+    pub fn execution_id_range(&self) -> (String, String) {
+        let mut start = String::with_capacity(self.0.len() + 1);
+        escape_component(&mut start, &self.0);
+        let mut end = start.clone();
+        start.push(':');
+        // The character after ':' in code point (and byte) order.
+        end.push(';');
+        (start, end)
+    }
 }
 
 /// The components an [`ExecutionId`] is derived from.
@@ -348,6 +362,22 @@ mod tests {
             id("op_77", 3, "call_123", "send_email", 1).as_str(),
             "op_77:round_3:call_123:send_email:v1"
         );
+    }
+
+    #[test]
+    fn an_operation_range_holds_its_ids_and_no_other_operations() {
+        let op = OperationId::new("a:b").unwrap();
+        let (start, end) = op.execution_id_range();
+        let inside = |id: &ExecutionId| start.as_str() <= id.as_str() && id.as_str() < end.as_str();
+        let own = id("a:b", 7, "c", "t", 1);
+        assert!(inside(&own));
+        assert!(inside(&ExecutionId::compensation(
+            &own,
+            &id("x", 0, "c", "t", 1)
+        )));
+        for other in ["a", "a:", "a:b:c", "a%3Ab", "a:bc", "a:b;", "a:b%3A"] {
+            assert!(!inside(&id(other, 0, "c", "t", 1)), "{other}");
+        }
     }
 
     #[test]

@@ -86,6 +86,18 @@ impl ExecutionStatus {
             ExecutionStatus::Committed | ExecutionStatus::ResultDelivered
         )
     }
+
+    /// False for the final statuses (`result_delivered`, `rejected`,
+    /// `cancelled_before_commit`): nothing is left to do. Every other status
+    /// is listed by `recover()`; the store indexes exactly these rows.
+    pub fn needs_attention(self) -> bool {
+        !matches!(
+            self,
+            ExecutionStatus::ResultDelivered
+                | ExecutionStatus::Rejected
+                | ExecutionStatus::CancelledBeforeCommit
+        )
+    }
 }
 
 impl fmt::Display for ExecutionStatus {

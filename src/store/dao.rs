@@ -6,7 +6,7 @@
 //! changed, so a lost race is visible instead of silently overwriting.
 
 use rusqlite::types::Type;
-use rusqlite::{named_params, params, OptionalExtension, Row, Transaction};
+use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::error::{Error, Result};
 use crate::model::{
@@ -16,7 +16,7 @@ use crate::model::{
 
 /// Queries over one open transaction.
 pub struct Dao<'a> {
-    tx: &'a Transaction<'a>,
+    tx: &'a Connection,
 }
 
 /// A new execution row, written by `begin`.
@@ -121,7 +121,7 @@ fn row_to_record(row: &Row<'_>) -> rusqlite::Result<ExecutionRecord> {
 }
 
 impl<'a> Dao<'a> {
-    pub(super) fn new(tx: &'a Transaction<'a>) -> Dao<'a> {
+    pub(super) fn new(tx: &'a Connection) -> Dao<'a> {
         Dao { tx }
     }
 
@@ -130,14 +130,18 @@ impl<'a> Dao<'a> {
     /// # Errors
     /// Storage errors.
     pub fn ensure_operation(&self, op: &OperationId, now_ms: i64) -> Result<OperationStatus> {
+        // Read first: an existing operation (every call after the first of a
+        // turn) costs no write at all.
+        if let Some(status) = self.operation_status(op)? {
+            return Ok(status);
+        }
         self.tx
             .prepare_cached(
                 "INSERT INTO operations (operation_id, status, created_ms, updated_ms)
-                 VALUES (?1, 'open', ?2, ?2) ON CONFLICT(operation_id) DO NOTHING",
+                 VALUES (?1, 'open', ?2, ?2)",
             )?
             .execute(params![op.as_str(), now_ms])?;
-        self.operation_status(op)?
-            .ok_or_else(|| Error::InvalidData("operation vanished".into()))
+        Ok(OperationStatus::Open)
     }
 
     /// The operation's status, if it exists.
@@ -174,20 +178,6 @@ impl<'a> Dao<'a> {
         Ok(())
     }
 
-    /// Records the round if it is new.
-    ///
-    /// # Errors
-    /// Storage errors.
-    pub fn ensure_round(&self, op: &OperationId, round: u32, now_ms: i64) -> Result<()> {
-        self.tx
-            .prepare_cached(
-                "INSERT INTO rounds (operation_id, round, created_ms) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(operation_id, round) DO NOTHING",
-            )?
-            .execute(params![op.as_str(), round, now_ms])?;
-        Ok(())
-    }
-
     /// Reads one execution.
     ///
     /// # Errors
@@ -205,6 +195,25 @@ impl<'a> Dao<'a> {
             .optional()?)
     }
 
+    /// The status and attempt count of one execution (a light read).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn status_and_attempt(&self, id: &ExecutionId) -> Result<Option<(ExecutionStatus, u32)>> {
+        let found: Option<(String, u32)> = self
+            .tx
+            .prepare_cached("SELECT status, attempt_count FROM executions WHERE execution_id = ?1")?
+            .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        found
+            .map(|(name, attempt)| {
+                ExecutionStatus::parse(&name)
+                    .map(|s| (s, attempt))
+                    .ok_or_else(|| Error::InvalidData("unknown status".into()))
+            })
+            .transpose()
+    }
+
     /// Inserts a new execution and logs its creation.
     ///
     /// # Errors
@@ -215,44 +224,46 @@ impl<'a> Dao<'a> {
                 "INSERT INTO executions (execution_id, operation_id, round, position, provider,
                     provider_call_id, tool_name, tool_version, args_digest, args_json,
                     downstream_key, requires_approval, status, attempt_count, owner_session,
-                    lease_deadline_ms, compensates, created_ms, updated_ms)
-                 VALUES (:id, :op, :round, :pos, :provider, :call, :tool, :version, :digest,
-                    :args, :key, :approval, :status, :attempts, :owner, :lease, :comp, :now, :now)",
+                    lease_deadline_ms, compensates, created_ms, updated_ms, needs_attention, history)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                    ?17, ?18, ?18, ?19, ?20)",
             )?
-            .execute(named_params! {
-                ":id": new.execution_id.as_str(),
-                ":op": new.operation_id.as_str(),
-                ":round": new.round,
-                ":pos": new.position,
-                ":provider": new.provider.as_str(),
-                ":call": new.provider_call_id,
-                ":tool": new.tool_name,
-                ":version": new.tool_version,
-                ":digest": new.args_digest.as_str(),
-                ":args": new.args_json,
-                ":key": new.downstream_key.as_str(),
-                ":approval": new.requires_approval,
-                ":status": new.status.as_str(),
-                ":attempts": new.attempt_count,
-                ":owner": new.owner_session.map(SessionId::as_str),
-                ":lease": new.lease_deadline_ms,
-                ":comp": new.compensates.map(ExecutionId::as_str),
-                ":now": new.now_ms,
-            })?;
-        self.log(
-            new.execution_id,
-            None,
-            new.status,
-            if new.status == ExecutionStatus::Executing {
-                "start"
-            } else {
-                "prepare"
-            },
-            new.attempt_count,
-            session,
-            None,
-            new.now_ms,
-        )
+            // Positional parameters: binding by name costs a lookup per value.
+            .execute(params![
+                new.execution_id.as_str(),
+                new.operation_id.as_str(),
+                new.round,
+                new.position,
+                new.provider.as_str(),
+                new.provider_call_id,
+                new.tool_name,
+                new.tool_version,
+                new.args_digest.as_str(),
+                new.args_json,
+                new.downstream_key.as_str(),
+                new.requires_approval,
+                new.status.as_str(),
+                new.attempt_count,
+                new.owner_session.map(SessionId::as_str),
+                new.lease_deadline_ms,
+                new.compensates.map(ExecutionId::as_str),
+                new.now_ms,
+                new.status.needs_attention().then_some(1),
+                history_line(&LogLine {
+                    at_ms: new.now_ms,
+                    transition: if new.status == ExecutionStatus::Executing {
+                        "start"
+                    } else {
+                        "prepare"
+                    },
+                    from: None,
+                    to: new.status,
+                    attempt: new.attempt_count,
+                    session,
+                    reason: None,
+                }),
+            ])?;
+        Ok(())
     }
 
     /// Moves an execution from `from` to `to` (already checked against the
@@ -274,54 +285,68 @@ impl<'a> Dao<'a> {
         now_ms: i64,
     ) -> Result<bool> {
         let executing = to == ExecutionStatus::Executing;
-        let changed = self
-            .tx
-            .prepare_cached(
-                "UPDATE executions SET status = :to, updated_ms = :now,
-                    attempt_count = COALESCE(:attempt, attempt_count),
-                    owner_session = CASE WHEN :executing THEN :owner ELSE NULL END,
-                    lease_deadline_ms = CASE WHEN :executing THEN :lease ELSE NULL END,
-                    result_json = COALESCE(:result, result_json),
-                    external_id = COALESCE(:external, external_id),
-                    last_reason = COALESCE(:reason, last_reason),
-                    retryable = COALESCE(:retryable, retryable)
-                 WHERE execution_id = :id AND status = :from",
-            )?
-            .execute(named_params! {
-                ":id": id.as_str(),
-                ":from": from.as_str(),
-                ":to": to.as_str(),
-                ":now": now_ms,
-                ":attempt": change.attempt,
-                ":executing": executing,
-                ":owner": session.as_str(),
-                ":lease": change.lease_deadline_ms,
-                ":result": change.result_json,
-                ":external": change.external_id,
-                ":reason": change.reason,
-                ":retryable": change.retryable,
-            })?;
-        if changed == 0 {
-            return Ok(false);
-        }
         let attempt: u32 = match change.attempt {
             Some(a) => a,
             None => self
                 .tx
                 .prepare_cached("SELECT attempt_count FROM executions WHERE execution_id = ?1")?
-                .query_row([id.as_str()], |r| r.get(0))?,
+                .query_row([id.as_str()], |r| r.get(0))
+                .optional()?
+                .unwrap_or_default(),
         };
-        self.log(
-            id,
-            Some(from),
+        let line = history_line(&LogLine {
+            at_ms: now_ms,
+            transition: transition.as_str(),
+            from: Some(from),
             to,
-            transition.as_str(),
             attempt,
             session,
-            change.reason,
+            reason: change.reason,
+        });
+        // Two statements: the attention index is written only by a move into
+        // a final status (a status change alone leaves it untouched, so
+        // `executing -> committed` writes the row's page and nothing else).
+        const STAYS: &str = "UPDATE executions SET status = ?3, updated_ms = ?4,
+                    attempt_count = COALESCE(?5, attempt_count),
+                    owner_session = ?6, lease_deadline_ms = ?7,
+                    result_json = COALESCE(?8, result_json),
+                    external_id = COALESCE(?9, external_id),
+                    last_reason = COALESCE(?10, last_reason),
+                    retryable = COALESCE(?11, retryable),
+                    history = history || ?12
+                 WHERE execution_id = ?1 AND status = ?2";
+        const LEAVES: &str = "UPDATE executions SET status = ?3, updated_ms = ?4,
+                    attempt_count = COALESCE(?5, attempt_count),
+                    owner_session = ?6, lease_deadline_ms = ?7,
+                    result_json = COALESCE(?8, result_json),
+                    external_id = COALESCE(?9, external_id),
+                    last_reason = COALESCE(?10, last_reason),
+                    retryable = COALESCE(?11, retryable),
+                    history = history || ?12,
+                    needs_attention = NULL
+                 WHERE execution_id = ?1 AND status = ?2";
+        let sql = if to.needs_attention() { STAYS } else { LEAVES };
+        // Only `executing` rows have an owner and a lease.
+        let (owner, lease) = if executing {
+            (Some(session.as_str()), change.lease_deadline_ms)
+        } else {
+            (None, None)
+        };
+        let changed = self.tx.prepare_cached(sql)?.execute(params![
+            id.as_str(),
+            from.as_str(),
+            to.as_str(),
             now_ms,
-        )?;
-        Ok(true)
+            change.attempt,
+            owner,
+            lease,
+            change.result_json,
+            change.external_id,
+            change.reason,
+            change.retryable,
+            line,
+        ])?;
+        Ok(changed != 0)
     }
 
     /// Stores the downstream's id for the effect as soon as it is known.
@@ -414,12 +439,15 @@ impl<'a> Dao<'a> {
     /// # Errors
     /// Storage errors.
     pub fn executions_of(&self, op: &OperationId) -> Result<Vec<ExecutionRecord>> {
+        // A primary-key range: every id of the operation carries its prefix.
+        let (start, end) = op.execution_id_range();
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE operation_id = ?1
+            "SELECT {EXECUTION_COLUMNS} FROM executions
+             WHERE execution_id >= ?1 AND execution_id < ?2 AND operation_id = ?3
              ORDER BY round, position, execution_id"
         );
         let mut stmt = self.tx.prepare_cached(&sql)?;
-        let rows = stmt.query_map([op.as_str()], row_to_record)?;
+        let rows = stmt.query_map(params![start, end, op.as_str()], row_to_record)?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
@@ -431,9 +459,7 @@ impl<'a> Dao<'a> {
     /// Storage errors.
     pub fn executions_needing_attention(&self) -> Result<Vec<ExecutionRecord>> {
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM executions
-             WHERE status IN ('prepared','approved','executing','outcome_unknown',
-                              'failed_before_commit','committed')
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE needs_attention = 1
              ORDER BY created_ms, execution_id"
         );
         let mut stmt = self.tx.prepare_cached(&sql)?;
@@ -459,28 +485,13 @@ impl<'a> Dao<'a> {
     /// # Errors
     /// Storage errors.
     pub fn transitions_of(&self, id: &ExecutionId) -> Result<Vec<TransitionEntry>> {
-        let mut stmt = self.tx.prepare_cached(
-            "SELECT from_status, to_status, transition, attempt, reason, at_ms FROM transitions
-             WHERE execution_id = ?1 ORDER BY seq",
-        )?;
-        let rows = stmt.query_map([id.as_str()], |r| {
-            let from: Option<String> = r.get(0)?;
-            let to: String = r.get(1)?;
-            Ok(TransitionEntry {
-                from: match from {
-                    Some(f) => {
-                        Some(ExecutionStatus::parse(&f).ok_or_else(|| bad(0, "unknown status"))?)
-                    }
-                    None => None,
-                },
-                to: ExecutionStatus::parse(&to).ok_or_else(|| bad(1, "unknown status"))?,
-                transition: r.get(2)?,
-                attempt: r.get(3)?,
-                reason: r.get(4)?,
-                at_ms: r.get(5)?,
-            })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        let history: Option<String> = self
+            .tx
+            .prepare_cached("SELECT history FROM executions WHERE execution_id = ?1")?
+            .query_row([id.as_str()], |r| r.get(0))
+            .optional()?;
+        parse_history(history.as_deref().unwrap_or_default())
+            .map_err(|what| Error::InvalidData(what.to_owned()))
     }
 
     /// Counts for the inspector.
@@ -491,9 +502,12 @@ impl<'a> Dao<'a> {
         let operations: u64 = self
             .tx
             .query_row("SELECT count(*) FROM operations", [], |r| r.get(0))?;
-        let transitions: u64 = self
-            .tx
-            .query_row("SELECT count(*) FROM transitions", [], |r| r.get(0))?;
+        let transitions: u64 = self.tx.query_row(
+            "SELECT coalesce(sum(length(history) - length(replace(history, char(10), ''))), 0)
+                 FROM executions",
+            [],
+            |r| r.get(0),
+        )?;
         let mut stmt = self.tx.prepare_cached(
             "SELECT status, count(*) FROM executions GROUP BY status ORDER BY status",
         )?;
@@ -622,39 +636,90 @@ impl<'a> Dao<'a> {
             .execute(params![source, event_id, id.as_str(), now_ms])?;
         Ok(changed == 1)
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
-    fn log(
-        &self,
-        id: &ExecutionId,
-        from: Option<ExecutionStatus>,
-        to: ExecutionStatus,
-        transition: &str,
-        attempt: u32,
-        session: &SessionId,
-        reason: Option<&str>,
-        now_ms: i64,
-    ) -> Result<()> {
-        self.tx
-            .prepare_cached(
-                "INSERT INTO transitions (execution_id, seq, from_status, to_status, transition,
-                    attempt, session_id, reason, at_ms)
-                 VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM transitions
-                              WHERE execution_id = ?1),
-                    ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                id.as_str(),
-                from.map(ExecutionStatus::as_str),
-                to.as_str(),
+/// One entry of an execution's transition log, as written.
+struct LogLine<'a> {
+    at_ms: i64,
+    transition: &'a str,
+    from: Option<ExecutionStatus>,
+    to: ExecutionStatus,
+    attempt: u32,
+    session: &'a SessionId,
+    reason: Option<&'a str>,
+}
+
+/// Formats one line of the `history` column (the transition log, schema
+/// version 3): `at_ms|transition|from|to|attempt|session[|reason]` and a
+/// newline. `from` is empty for the creation of the record; the reason is
+/// present only when there is one, with `%`, `|`, CR and LF escaped as
+/// `%25 %7C %0D %0A`. Every other field is an integer, a fixed word or an
+/// alphanumeric session id, so it needs no escaping.
+fn history_line(line: &LogLine<'_>) -> String {
+    let mut out = String::with_capacity(96);
+    out.push_str(&line.at_ms.to_string());
+    out.push('|');
+    out.push_str(line.transition);
+    out.push('|');
+    out.push_str(line.from.map_or("", ExecutionStatus::as_str));
+    out.push('|');
+    out.push_str(line.to.as_str());
+    out.push('|');
+    out.push_str(&line.attempt.to_string());
+    out.push('|');
+    out.push_str(line.session.as_str());
+    if let Some(reason) = line.reason {
+        out.push('|');
+        for ch in reason.chars() {
+            match ch {
+                '%' => out.push_str("%25"),
+                '|' => out.push_str("%7C"),
+                '\r' => out.push_str("%0D"),
+                '\n' => out.push_str("%0A"),
+                c => out.push(c),
+            }
+        }
+    }
+    out.push('\n');
+    out
+}
+
+/// Parses a `history` column back into log entries, oldest first.
+fn parse_history(history: &str) -> std::result::Result<Vec<TransitionEntry>, &'static str> {
+    history
+        .split_terminator('\n')
+        .map(|line| {
+            let mut f = line.splitn(7, '|');
+            let mut next = || f.next().ok_or("truncated transition log line");
+            let at_ms = next()?.parse().map_err(|_| "bad time in transition log")?;
+            let transition = next()?.to_owned();
+            let from = match next()? {
+                "" => None,
+                s => Some(ExecutionStatus::parse(s).ok_or("unknown status in transition log")?),
+            };
+            let to = ExecutionStatus::parse(next()?).ok_or("unknown status in transition log")?;
+            let attempt = next()?
+                .parse()
+                .map_err(|_| "bad attempt in transition log")?;
+            let _session = next()?;
+            let reason = f.next().map(unescape_reason);
+            Ok(TransitionEntry {
+                from,
+                to,
                 transition,
                 attempt,
-                session.as_str(),
                 reason,
-                now_ms
-            ])?;
-        Ok(())
-    }
+                at_ms,
+            })
+        })
+        .collect()
+}
+
+fn unescape_reason(text: &str) -> String {
+    text.replace("%0A", "\n")
+        .replace("%0D", "\r")
+        .replace("%7C", "|")
+        .replace("%25", "%")
 }
 
 /// The columns a status move may set besides the status.
@@ -840,14 +905,16 @@ impl Dao<'_> {
         tombstone_pruned_ms: Option<i64>,
     ) -> Result<Option<PrunedRows>> {
         let sql = format!(
-            "SELECT args_digest, status FROM executions WHERE execution_id = ?1 AND ({PRUNABLE})"
+            "SELECT args_digest, status,
+                    length(history) - length(replace(history, char(10), ''))
+             FROM executions WHERE execution_id = ?1 AND ({PRUNABLE})"
         );
-        let found: Option<(String, String)> = self
+        let found: Option<(String, String, u64)> = self
             .tx
             .prepare_cached(&sql)?
-            .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .optional()?;
-        let Some((digest, status)) = found else {
+        let Some((digest, status, log_entries)) = found else {
             return Ok(None);
         };
         let delete = |sql: &str| -> Result<u64> {
@@ -858,7 +925,7 @@ impl Dao<'_> {
             batch_items: delete("DELETE FROM batch_items WHERE execution_id = ?1")?,
             jobs: delete("DELETE FROM jobs WHERE execution_id = ?1")?,
             webhook_events: delete("DELETE FROM webhook_events WHERE execution_id = ?1")?,
-            transitions: delete("DELETE FROM transitions WHERE execution_id = ?1")?,
+            transitions: log_entries,
         };
         if let Some(pruned_ms) = tombstone_pruned_ms {
             self.tx
@@ -873,28 +940,23 @@ impl Dao<'_> {
         Ok(Some(rows))
     }
 
-    /// Deletes the round if no execution is left in it, then the operation if
-    /// it has no round left and is `open` or `completed` (a cancelled
-    /// operation keeps refusing new calls, so it stays). Returns how many
-    /// operations were deleted (0 or 1).
+    /// Deletes the operation if no execution is left in it and it is `open`
+    /// or `completed` (a cancelled operation keeps refusing new calls, so it
+    /// stays). Returns how many operations were deleted (0 or 1).
     ///
     /// # Errors
     /// Storage errors.
-    pub fn prune_empty_round(&self, op: &OperationId, round: u32) -> Result<u64> {
-        self.tx
-            .prepare_cached(
-                "DELETE FROM rounds WHERE operation_id = ?1 AND round = ?2
-                 AND NOT EXISTS (SELECT 1 FROM executions WHERE operation_id = ?1 AND round = ?2)",
-            )?
-            .execute(params![op.as_str(), round])?;
+    pub fn prune_empty_operation(&self, op: &OperationId) -> Result<u64> {
+        let (start, end) = op.execution_id_range();
         let deleted = self
             .tx
             .prepare_cached(
                 "DELETE FROM operations WHERE operation_id = ?1
                  AND status IN ('open','completed')
-                 AND NOT EXISTS (SELECT 1 FROM rounds WHERE operation_id = ?1)",
+                 AND NOT EXISTS (SELECT 1 FROM executions
+                                 WHERE execution_id >= ?2 AND execution_id < ?3)",
             )?
-            .execute([op.as_str()])?;
+            .execute(params![op.as_str(), start, end])?;
         Ok(deleted as u64)
     }
 
@@ -1036,9 +1098,7 @@ impl Dao<'_> {
     pub fn attention_query_plan(&self) -> Result<Vec<String>> {
         let sql = format!(
             "EXPLAIN QUERY PLAN SELECT {EXECUTION_COLUMNS} FROM executions
-             WHERE status IN ('prepared','approved','executing','outcome_unknown',
-                              'failed_before_commit','committed')
-             ORDER BY created_ms, execution_id"
+             WHERE needs_attention = 1 ORDER BY created_ms, execution_id"
         );
         let mut stmt = self.tx.prepare(&sql)?;
         let rows = stmt.query_map([], |r| r.get::<_, String>(3))?;
@@ -1071,12 +1131,6 @@ impl Dao<'_> {
             params![batch, ops, start_ms],
         )?;
         self.tx.execute(
-            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2)
-             INSERT INTO rounds (operation_id, round, created_ms)
-             SELECT printf('hist_%s_op_%08d', ?1, i / 2), i % 2, ?3 + i * 4 FROM n",
-            params![batch, ops * 2, start_ms],
-        )?;
-        self.tx.execute(
             "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2),
              ids(i, op, rnd, pos, id) AS (
                 SELECT i, printf('hist_%s_op_%08d', ?1, i / 8), (i % 8) / 4, i % 4,
@@ -1086,30 +1140,77 @@ impl Dao<'_> {
              INSERT INTO executions (execution_id, operation_id, round, position, provider,
                 provider_call_id, tool_name, tool_version, args_digest, args_json,
                 downstream_key, requires_approval, status, attempt_count, external_id,
-                result_json, created_ms, updated_ms)
+                result_json, created_ms, updated_ms, needs_attention, history)
              SELECT id, op, rnd, pos, 'custom', printf('call_%d', pos), 'send_email', 1,
                 lower(hex(randomblob(32))),
                 printf('{\"subject\":\"Report %d\",\"to\":\"user%d@example.com\"}', i, i),
-                'tl_' || substr(lower(hex(randomblob(24))), 1, 48), 0, 'result_delivered', 1, printf('msg_%d', i), ?4,
-                ?3 + i, ?3 + i + 1
+                'tl_' || substr(lower(hex(randomblob(24))), 1, 48), 0, 'result_delivered', 1,
+                printf('msg_%d', i), ?4, ?3 + i, ?3 + i + 1, NULL,
+                printf('%d|start||executing|1|%s' || char(10)
+                       || '%d|commit|executing|committed|1|%s' || char(10)
+                       || '%d|deliver|committed|result_delivered|1|%s' || char(10),
+                       ?3 + i, ?5, ?3 + i, ?5, ?3 + i + 1, ?5)
              FROM ids",
-            params![batch, count, start_ms, result_json],
-        )?;
-        self.tx.execute(
-            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2)
-             INSERT INTO transitions (execution_id, seq, from_status, to_status, transition,
-                attempt, session_id, reason, at_ms)
-             SELECT printf('hist_%s_op_%08d:round_%d:call_%d:send_email:v1',
-                           ?1, (i / 3) / 8, ((i / 3) % 8) / 4, (i / 3) % 4),
-                i % 3 + 1,
-                CASE i % 3 WHEN 0 THEN NULL WHEN 1 THEN 'executing' ELSE 'committed' END,
-                CASE i % 3 WHEN 0 THEN 'executing' WHEN 1 THEN 'committed'
-                           ELSE 'result_delivered' END,
-                CASE i % 3 WHEN 0 THEN 'start' WHEN 1 THEN 'commit' ELSE 'deliver' END,
-                1, ?4, NULL, ?3 + i / 3
-             FROM n",
-            params![batch, count * 3, start_ms, session.as_str()],
+            params![batch, count, start_ms, result_json, session.as_str()],
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_round_trip_every_reason() {
+        let session = SessionId::generate();
+        let reasons = [
+            None,
+            Some(""),
+            Some("plain"),
+            Some("a|b|c"),
+            Some("100% sure, %7C is not a pipe, %25 not a percent"),
+            Some("line one\nline two\r\n"),
+            Some("ünïcødé ✓ |%\n"),
+        ];
+        let mut history = String::new();
+        for (i, reason) in reasons.iter().enumerate() {
+            history.push_str(&history_line(&LogLine {
+                at_ms: 1_700_000_000_000 + i as i64,
+                transition: "fail_before_commit",
+                from: (i > 0).then_some(ExecutionStatus::Executing),
+                to: ExecutionStatus::FailedBeforeCommit,
+                attempt: i as u32,
+                session: &session,
+                reason: *reason,
+            }));
+        }
+        assert_eq!(
+            history.matches('\n').count(),
+            reasons.len(),
+            "one line each"
+        );
+        let parsed = parse_history(&history).unwrap();
+        assert_eq!(parsed.len(), reasons.len());
+        for (i, (entry, reason)) in parsed.iter().zip(reasons).enumerate() {
+            assert_eq!(entry.reason.as_deref(), reason, "entry {i}");
+            assert_eq!(entry.attempt, i as u32);
+            assert_eq!(entry.at_ms, 1_700_000_000_000 + i as i64);
+            assert_eq!(entry.from, (i > 0).then_some(ExecutionStatus::Executing));
+            assert_eq!(entry.transition, "fail_before_commit");
+        }
+    }
+
+    #[test]
+    fn a_damaged_log_is_a_typed_error_not_a_panic() {
+        for bad in [
+            "x|start||executing|1|s\n",
+            "1|start\n",
+            "1|start||nope|1|s\n",
+            "1|start||executing|-1|s\n",
+        ] {
+            assert!(parse_history(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_history("").unwrap(), Vec::new());
     }
 }

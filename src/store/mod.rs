@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags};
 
 pub use dao::{
     Dao, DbSize, NewExecution, PruneCandidate, PrunedRows, StatusFields, StoreStats, Tombstone,
@@ -119,14 +119,9 @@ impl Store {
         &self,
         f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        let mut guard = self.lock()?;
-        let conn = guard.as_mut().ok_or(Error::Suspended)?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Deferred)
-            .map_err(Error::from)?;
-        let out = f(&Dao::new(&tx))?;
-        tx.commit().map_err(Error::from)?;
-        Ok(out)
+        let guard = self.lock()?;
+        let conn = guard.as_ref().ok_or(Error::Suspended)?;
+        run_in_transaction(conn, "BEGIN DEFERRED", f)
     }
 
     /// Runs `f` in an IMMEDIATE transaction; commits with the requested
@@ -145,7 +140,7 @@ impl Store {
             conn.pragma_update(None, "synchronous", "NORMAL")
                 .map_err(Error::from)?;
         }
-        let result = write_in(conn, f);
+        let result = run_in_transaction(conn, "BEGIN IMMEDIATE", f);
         if durability == Durability::Lazy {
             // Restore the boundary setting even when the write failed.
             let restored = conn.pragma_update(None, "synchronous", "FULL");
@@ -229,16 +224,40 @@ fn refine_cannot_open(err: Error, path: &Path) -> Error {
     }
 }
 
-fn write_in<T, E: From<Error>>(
-    conn: &mut Connection,
+/// Runs `f` between `begin` and `COMMIT`. The transaction statements are
+/// prepared once and cached (parsing `BEGIN`/`COMMIT` on every call was a
+/// measurable share of a tool call's CPU); a guard rolls back on every path
+/// that does not commit, a panic included.
+fn run_in_transaction<T, E: From<Error>>(
+    conn: &Connection,
+    begin: &str,
     f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
 ) -> std::result::Result<T, E> {
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
+    conn.prepare_cached(begin)
+        .and_then(|mut s| s.execute([]))
         .map_err(Error::from)?;
-    let out = f(&Dao::new(&tx))?;
-    tx.commit().map_err(Error::from)?;
+    let mut guard = RollbackGuard { conn, armed: true };
+    let out = f(&Dao::new(conn))?;
+    conn.prepare_cached("COMMIT")
+        .and_then(|mut s| s.execute([]))
+        .map_err(Error::from)?;
+    guard.armed = false;
     Ok(out)
+}
+
+/// Rolls back the open transaction when dropped armed.
+struct RollbackGuard<'c> {
+    conn: &'c Connection,
+    armed: bool,
+}
+
+impl Drop for RollbackGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed && !self.conn.is_autocommit() {
+            // Nothing to report to: the caller already has the first error.
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
 }
 
 fn connect(location: &Location, options: &StoreOptions) -> Result<Connection> {
@@ -293,7 +312,6 @@ mod tests {
         store
             .write(Durability::Full, |dao| {
                 dao.ensure_operation(&op, 1)?;
-                dao.ensure_round(&op, 0, 1)?;
                 dao.insert_execution(
                     &NewExecution {
                         execution_id: &id,

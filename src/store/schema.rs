@@ -13,6 +13,7 @@ use super::error::{Error, Result};
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/001_initial.sql"),
     include_str!("migrations/002_retention.sql"),
+    include_str!("migrations/003_hot_path.sql"),
 ];
 
 /// The schema version this build writes.
@@ -49,6 +50,17 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
     if found == CURRENT_VERSION {
         return Ok(());
     }
+    // Table rebuilds (version 3) drop and recreate tables that others
+    // reference: foreign keys are off while migrating (the pragma is a no-op
+    // inside a transaction) and checked as a whole before the commit.
+    conn.pragma_update(None, "foreign_keys", false)?;
+    let migrated = migrate_in(conn);
+    let restored = conn.pragma_update(None, "foreign_keys", true);
+    migrated?;
+    Ok(restored?)
+}
+
+fn migrate_in(conn: &mut Connection) -> Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     // Re-read under the write lock: another process may have migrated meanwhile.
     let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
@@ -62,6 +74,15 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
         usize::try_from(found).map_err(|_| Error::InvalidData("negative user_version".into()))?;
     for sql in MIGRATIONS.iter().skip(start) {
         tx.execute_batch(sql)?;
+    }
+    let violations: i64 =
+        tx.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+            r.get(0)
+        })?;
+    if violations != 0 {
+        return Err(Error::InvalidData(format!(
+            "migration left {violations} foreign key violations"
+        )));
     }
     tx.pragma_update(None, "user_version", CURRENT_VERSION)?;
     tx.commit()?;

@@ -127,20 +127,32 @@ pub fn canonicalize(input: &str, limits: &JsonLimits) -> Result<String, JsonErro
 /// others as lowercase `\u00xx`); everything else, including `/`, non-ASCII
 /// and U+2028/U+2029, is written as raw UTF-8.
 pub fn write_json_string(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\u{c}' => out.push_str("\\f"),
-            '\r' => out.push_str("\\r"),
-            '\0'..='\u{1f}' => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            _ => out.push(c),
+    // Copy runs of characters that need no escape in one go; only `"`, `\\`
+    // and control characters (all ASCII) are escaped.
+    let mut run = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            0x08 => "\\b",
+            b'\t' => "\\t",
+            b'\n' => "\\n",
+            0x0c => "\\f",
+            b'\r' => "\\r",
+            0x00..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(s.get(run..i).unwrap_or_default());
+        if escape.is_empty() {
+            out.push_str(&format!("\\u{:04x}", b));
+        } else {
+            out.push_str(escape);
         }
+        run = i + 1;
     }
+    out.push_str(s.get(run..).unwrap_or_default());
     out.push('"');
 }
 
