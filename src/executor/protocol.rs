@@ -161,7 +161,7 @@ impl Executor {
             } => {
                 crashpoint::hit(CrashPoint::AfterRemoteCommit);
                 let result_json = storable_result(result_json, &ledger.config().json_limits);
-                let stored = ledger.commit(id, &result_json, external_id.as_deref())?;
+                let stored = ledger.commit_valid(id, &result_json, external_id.as_deref())?;
                 crashpoint::hit(CrashPoint::AfterLocalCommit);
                 Step::Done(CallOutcome::Completed {
                     execution_id: stored.execution_id,

@@ -192,12 +192,14 @@ impl Ledger {
             .into())
     }
 
-    /// Marks results as handed to the model (lazy write: losing it only
-    /// replays the stored result).
+    /// Marks results as handed to the model. Checked now, written with the
+    /// ledger's next write (no sync of its own) or before any read that
+    /// reports statuses, `suspend` and `checkpoint`; losing it (the process
+    /// dies first) only replays the stored result.
     ///
     /// # Errors
-    /// `InvalidTransition` for an id that has not committed (nothing is
-    /// written then), `NotFound`.
+    /// `InvalidTransition` for an id that has not committed (nothing of the
+    /// batch is marked then), `NotFound`.
     pub fn mark_delivered(&self, execution_ids: Vec<ExecutionId>) -> Result<()> {
         Ok(self.inner.mark_delivered(&execution_ids)?)
     }

@@ -5,7 +5,7 @@
 //! `rejected`, `cancelled_before_commit`, and `failed_before_commit` when not
 //! retryable) and were last updated before a cutoff, together with their
 //! approvals, batch items, jobs, webhook events and transition log, plus the
-//! rounds and open/completed operations left empty. Nothing that needs
+//! open/completed operations left empty. Nothing that needs
 //! attention or may still run (`prepared`, `approved`, `executing`,
 //! `outcome_unknown`, `committed` but not delivered, retryable failures) is
 //! ever pruned, and an execution that a compensation still points to stays
@@ -323,12 +323,14 @@ impl Ledger {
         self.store.read(|dao| Ok(dao.size()?))
     }
 
-    /// Copies the WAL into the main database file and truncates it (the
-    /// inspector and benchmarks measure the file after this).
+    /// Writes the queued delivery marks, then copies the WAL into the main
+    /// database file and truncates it (the inspector and benchmarks measure
+    /// the file after this).
     ///
     /// # Errors
     /// Storage errors, `Busy` when another connection holds a snapshot.
     pub fn checkpoint(&self) -> Result<()> {
+        self.settle_deliveries()?;
         Ok(self.store.checkpoint()?)
     }
 }

@@ -158,6 +158,18 @@ impl Ledger {
         external_id: Option<&str>,
     ) -> Result<StoredResult> {
         canonicalize(result_json, &self.config.json_limits)?;
+        self.commit_valid(id, result_json, external_id)
+    }
+
+    /// [`Ledger::commit`] for a result already checked against the JSON
+    /// limits (the executor's `storable_result` always yields one), so the
+    /// hot path does not parse it twice.
+    pub(crate) fn commit_valid(
+        &self,
+        id: &ExecutionId,
+        result_json: &str,
+        external_id: Option<&str>,
+    ) -> Result<StoredResult> {
         let now = self.now();
         let (stored, attempt) = self.write(Durability::Full, |dao| {
             let rec = load(dao, id)?;
