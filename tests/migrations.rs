@@ -34,6 +34,7 @@ fn an_empty_file_is_migrated_to_the_current_version_in_wal_mode() {
         tables,
         [
             "approvals",
+            "attention_sweep",
             "batch_items",
             "executions",
             "jobs",

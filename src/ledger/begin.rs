@@ -7,7 +7,7 @@
 
 use super::answers::{ApprovalRequest, Begin, CallSpec, StoredResult, Ticket};
 use super::retention;
-use super::{Error, Ledger, Result};
+use super::{Error, Ledger, Result, SWEEP_EVERY};
 use crate::model::{
     check_transition, digest_arguments, CanonicalArgs, ExecutionId, ExecutionIdParts,
     ExecutionRecord, ExecutionStatus, OperationId, OperationStatus, Transition,
@@ -141,7 +141,12 @@ impl Ledger {
         compensates: Option<&ExecutionId>,
     ) -> Result<Vec<Begin>> {
         let now = self.now();
+        let sweep = self.sweep_due(calls.len());
         self.write(Durability::Full, |dao| {
+            if sweep {
+                // Rides in this transaction: a few rows flagged at most.
+                dao.sweep_attention(i64::from(SWEEP_EVERY))?;
+            }
             let op_status = dao.ensure_operation(op, now)?;
             calls
                 .iter()

@@ -46,6 +46,7 @@ mod session;
 mod steps;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -98,7 +99,15 @@ pub struct Ledger {
     /// Delivery marks checked by `mark_delivered` and not yet written, and
     /// the executions this ledger committed last (see [`Ledger::write`]).
     deliveries: Mutex<Deliveries>,
+    /// Calls begun since this ledger last swept the attention flags.
+    begun_since_sweep: AtomicU32,
 }
+
+/// A `begin` sweeps the attention flags (see `Dao::sweep_attention`) once
+/// this many calls were begun through the ledger since its last sweep, so
+/// `recover()` never reads more than a few hundred unflagged rows per
+/// process.
+const SWEEP_EVERY: u32 = 256;
 
 /// The delivery bookkeeping of one ledger.
 #[derive(Debug, Default)]
@@ -175,6 +184,7 @@ impl Ledger {
             sessions,
             config,
             deliveries: Mutex::new(Deliveries::default()),
+            begun_since_sweep: AtomicU32::new(0),
         })
     }
 
@@ -255,6 +265,7 @@ impl Ledger {
     pub fn recover(&self) -> Result<Vec<ExecutionRecord>> {
         let now = self.now();
         self.write(Durability::Lazy, |dao| {
+            dao.sweep_attention(0)?;
             let mut pending = dao.executions_needing_attention()?;
             for rec in pending.iter_mut() {
                 if rec.status == ExecutionStatus::Executing && !self.owner_is_live(rec, now) {
@@ -446,6 +457,19 @@ impl Ledger {
                     })
             })
             .collect()
+    }
+
+    /// Counts `calls` begun; true when the caller's transaction should sweep
+    /// the attention flags (and the count starts again).
+    fn sweep_due(&self, calls: usize) -> bool {
+        let calls = u32::try_from(calls).unwrap_or(u32::MAX);
+        let before = self.begun_since_sweep.fetch_add(calls, Ordering::Relaxed);
+        if before.saturating_add(calls) >= SWEEP_EVERY {
+            self.begun_since_sweep.store(0, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
     }
 
     /// Writes the queued delivery marks now (one lazy write), if any.

@@ -350,6 +350,9 @@ fn prune_batch(
             touched.insert(&c.operation_id);
         }
     }
+    if part.executions > 0 {
+        dao.clamp_attention_watermark()?;
+    }
     for op in touched {
         part.operations += dao.prune_empty_operation(op)?;
     }

@@ -224,9 +224,9 @@ impl<'a> Dao<'a> {
                 "INSERT INTO executions (execution_id, operation_id, round, position, provider,
                     provider_call_id, tool_name, tool_version, args_digest, args_json,
                     downstream_key, requires_approval, status, attempt_count, owner_session,
-                    lease_deadline_ms, compensates, created_ms, updated_ms, needs_attention, history)
+                    lease_deadline_ms, compensates, created_ms, updated_ms, history)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?18, ?19, ?20)",
+                    ?17, ?18, ?18, ?19)",
             )?
             // Positional parameters: binding by name costs a lookup per value.
             .execute(params![
@@ -248,7 +248,8 @@ impl<'a> Dao<'a> {
                 new.lease_deadline_ms,
                 new.compensates.map(ExecutionId::as_str),
                 new.now_ms,
-                new.status.needs_attention().then_some(1),
+                // Unflagged: the row sits above the sweep's watermark, where
+                // `recover()` reads every row (see `sweep_attention`).
                 history_line(&LogLine {
                     at_ms: new.now_ms,
                     transition: if new.status == ExecutionStatus::Executing {
@@ -303,9 +304,9 @@ impl<'a> Dao<'a> {
             session,
             reason: change.reason,
         });
-        // Two statements: the attention index is written only by a move into
-        // a final status (a status change alone leaves it untouched, so
-        // `executing -> committed` writes the row's page and nothing else).
+        // Two statements: only a move into a final status touches the
+        // attention flag (and its index, if the row was flagged), so
+        // `executing -> committed` writes the row's page and nothing else.
         const STAYS: &str = "UPDATE executions SET status = ?3, updated_ms = ?4,
                     attempt_count = COALESCE(?5, attempt_count),
                     owner_session = ?6, lease_deadline_ms = ?7,
@@ -453,18 +454,64 @@ impl<'a> Dao<'a> {
 
     /// Executions whose status means the app still has something to do:
     /// awaiting approval or execution, executing, unknown, retryable
-    /// failures, and committed results not yet delivered.
+    /// failures, and committed results not yet delivered. They are the
+    /// flagged rows (an index) plus the non-final rows above the sweep's
+    /// watermark (a row-id range, kept short by [`Dao::sweep_attention`]).
     ///
     /// # Errors
     /// Storage errors.
     pub fn executions_needing_attention(&self) -> Result<Vec<ExecutionRecord>> {
-        let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE needs_attention = 1
-             ORDER BY created_ms, execution_id"
-        );
-        let mut stmt = self.tx.prepare_cached(&sql)?;
+        let mut stmt = self.tx.prepare_cached(NEEDING_ATTENTION)?;
         let rows = stmt.query_map([], row_to_record)?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Flags every non-final execution above the watermark and moves the
+    /// watermark to the last row, if at least `min_rows` rows were added
+    /// since the last sweep (0: always). Returns how many rows it flagged.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn sweep_attention(&self, min_rows: i64) -> Result<u64> {
+        let (swept, last): (i64, i64) = self
+            .tx
+            .prepare_cached(
+                "SELECT swept_rowid, (SELECT coalesce(max(rowid), 0) FROM executions)
+                 FROM attention_sweep WHERE id = 1",
+            )?
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        if last <= swept || last - swept < min_rows {
+            return Ok(0);
+        }
+        let flagged = self
+            .tx
+            .prepare_cached(
+                "UPDATE executions SET needs_attention = 1
+                 WHERE rowid > ?1 AND rowid <= ?2 AND needs_attention IS NULL
+                   AND NOT (status = 'result_delivered' OR status = 'rejected'
+                            OR status = 'cancelled_before_commit')",
+            )?
+            .execute(params![swept, last])?;
+        self.tx
+            .prepare_cached("UPDATE attention_sweep SET swept_rowid = ?1 WHERE id = 1")?
+            .execute([last])?;
+        Ok(flagged as u64)
+    }
+
+    /// After rows were deleted: lowers the watermark to the largest row id
+    /// left, so that a row id SQLite hands out again is never below it.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn clamp_attention_watermark(&self) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "UPDATE attention_sweep
+                 SET swept_rowid = (SELECT coalesce(max(rowid), 0) FROM executions)
+                 WHERE id = 1 AND swept_rowid > (SELECT coalesce(max(rowid), 0) FROM executions)",
+            )?
+            .execute([])?;
+        Ok(())
     }
 
     /// Compensations recorded for `original`.
@@ -808,6 +855,23 @@ impl DbSize {
     }
 }
 
+/// `recover()`'s scan: the flagged rows (partial index) and the rows above
+/// the sweep's watermark (row-id range) that are not final.
+const NEEDING_ATTENTION: &str = concat!(
+    "SELECT ",
+    execution_columns!(),
+    " FROM executions WHERE needs_attention = 1
+     UNION ALL
+     SELECT ",
+    execution_columns!(),
+    " FROM executions
+     WHERE rowid > (SELECT swept_rowid FROM attention_sweep WHERE id = 1)
+       AND needs_attention IS NULL
+       AND NOT (status = 'result_delivered' OR status = 'rejected'
+                OR status = 'cancelled_before_commit')
+     ORDER BY created_ms, execution_id"
+);
+
 /// The terminal statuses `prune` may remove (a `failed_before_commit` row only
 /// when it is not retryable). Everything else needs attention or may still
 /// run, and is never pruned.
@@ -1096,10 +1160,7 @@ impl Dao<'_> {
     /// # Errors
     /// Storage errors.
     pub fn attention_query_plan(&self) -> Result<Vec<String>> {
-        let sql = format!(
-            "EXPLAIN QUERY PLAN SELECT {EXECUTION_COLUMNS} FROM executions
-             WHERE needs_attention = 1 ORDER BY created_ms, execution_id"
-        );
+        let sql = format!("EXPLAIN QUERY PLAN {NEEDING_ATTENTION}");
         let mut stmt = self.tx.prepare(&sql)?;
         let rows = stmt.query_map([], |r| r.get::<_, String>(3))?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
@@ -1140,12 +1201,12 @@ impl Dao<'_> {
              INSERT INTO executions (execution_id, operation_id, round, position, provider,
                 provider_call_id, tool_name, tool_version, args_digest, args_json,
                 downstream_key, requires_approval, status, attempt_count, external_id,
-                result_json, created_ms, updated_ms, needs_attention, history)
+                result_json, created_ms, updated_ms, history)
              SELECT id, op, rnd, pos, 'custom', printf('call_%d', pos), 'send_email', 1,
                 lower(hex(randomblob(32))),
                 printf('{\"subject\":\"Report %d\",\"to\":\"user%d@example.com\"}', i, i),
                 'tl_' || substr(lower(hex(randomblob(24))), 1, 48), 0, 'result_delivered', 1,
-                printf('msg_%d', i), ?4, ?3 + i, ?3 + i + 1, NULL,
+                printf('msg_%d', i), ?4, ?3 + i, ?3 + i + 1,
                 printf('%d|start||executing|1|%s' || char(10)
                        || '%d|commit|executing|committed|1|%s' || char(10)
                        || '%d|deliver|committed|result_delivered|1|%s' || char(10),
@@ -1153,6 +1214,8 @@ impl Dao<'_> {
              FROM ids",
             params![batch, count, start_ms, result_json, session.as_str()],
         )?;
+        // An app sweeps every few hundred calls: the history is swept.
+        self.sweep_attention(0)?;
         Ok(())
     }
 }

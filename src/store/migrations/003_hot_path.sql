@@ -14,10 +14,19 @@
 --     at_ms|transition|from|to|attempt|session[|reason]
 --   `from` is empty for the creation of the record; `reason` is present only
 --   when there is one, with `%`, `|`, CR and LF written as %25 %7C %0D %0A.
--- * `needs_attention` (1, or NULL once final) carries the partial index that
---   `recover()` scans. It changes only when an execution becomes final
---   (delivered, rejected, cancelled), so `executing -> committed` writes the
---   row's page and nothing else. A CHECK ties it to the status.
+-- * `recover()` finds what needs attention without `begin` writing an index
+--   entry. `needs_attention` is 1 for an execution that is not final and has
+--   been swept, NULL otherwise; a partial index holds the flagged rows.
+--   `attention_sweep.swept_rowid` (W) says how far the sweep got: every
+--   non-final execution with rowid <= W is flagged. New rows are appended
+--   above W unflagged, so `begin` writes the row and its key and nothing
+--   else; `recover()` reads the flagged rows plus the rows above W. A sweep
+--   (flag the non-final rows in (W, max], set W = max) runs in `recover()`
+--   and, piggybacked on a `begin`, every few hundred calls, so the rows above
+--   W stay few; by then most of them are final and need no flag. A move into
+--   a final status clears the flag. Prune lowers W to the largest rowid left
+--   so a reused rowid can never hide below it. CHECKs tie the flag to the
+--   status (a final execution is never flagged).
 -- * The index by operation goes: an execution id starts with its escaped
 --   operation id and `:`, so `list(op)` is a primary-key range scan.
 -- * The rounds table goes (nothing read it); so do the foreign keys from
@@ -63,7 +72,7 @@ CREATE TABLE executions_v3 (
     created_ms         INTEGER NOT NULL,
     updated_ms         INTEGER NOT NULL,
     needs_attention    INTEGER CHECK (needs_attention IS NULL OR needs_attention = 1)
-                       CHECK ((needs_attention IS NULL) = (status = 'result_delivered'
+                       CHECK (needs_attention IS NULL OR NOT (status = 'result_delivered'
                            OR status = 'rejected' OR status = 'cancelled_before_commit')),
     history            TEXT NOT NULL DEFAULT ''
 );
@@ -119,6 +128,14 @@ ALTER TABLE executions_v3 RENAME TO executions;
 DROP TABLE rounds;
 DROP TABLE operations;
 ALTER TABLE operations_v3 RENAME TO operations;
+
+-- The sweep's watermark (one row). Everything migrated above is swept.
+CREATE TABLE attention_sweep (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    swept_rowid  INTEGER NOT NULL
+);
+INSERT INTO attention_sweep (id, swept_rowid)
+SELECT 1, coalesce(max(rowid), 0) FROM executions;
 
 -- recover() reads only the executions that need attention.
 CREATE INDEX executions_needing_attention ON executions(needs_attention)
