@@ -558,6 +558,11 @@ fn a_v1_database_migrates_to_the_current_version_and_equals_a_fresh_schema() {
         .unwrap();
     assert_eq!(version, CURRENT_VERSION);
     assert_eq!(CURRENT_VERSION, 3);
+    // The pages of the rebuilt tables went back to the file system.
+    let free: i64 = conn
+        .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(free, 0);
     // The log row that named no execution was kept, not dropped.
     let orphans: i64 = conn
         .query_row(
