@@ -55,13 +55,14 @@ fn crash_at(path: &Path, service: &Downstream, desc: ToolDescriptor, point: Cras
     );
 }
 
-/// Process 2: restarts with `desc` and recovers; returns the one outcome
-/// and the stored status.
+/// Process 2: restarts with `desc` and recovers; returns the one outcome,
+/// the stored status and the `outcome_unknown` count of its metrics (a dead
+/// process's attempt is counted where it is discovered).
 fn restart_and_recover(
     path: &Path,
     service: &Downstream,
     desc: ToolDescriptor,
-) -> (CallOutcome, ExecutionStatus) {
+) -> (CallOutcome, ExecutionStatus, u64) {
     process(async {
         let exec = executor_at(path);
         exec.register(Arc::new(HttpTool::new(desc, Kind::Effect, service)))
@@ -75,7 +76,7 @@ fn restart_and_recover(
             .unwrap()
             .unwrap()
             .status;
-        (out, status)
+        (out, status, exec.metrics().outcome_unknown)
     })
 }
 
@@ -90,7 +91,8 @@ fn before_request_with_key_support_sends_the_request_once_after_restart() {
     crash_at(&path, &service, desc(true, false), CrashPoint::BeforeSend);
     assert!(service.requests().is_empty());
 
-    let (out, status) = restart_and_recover(&path, &service, desc(true, false));
+    let (out, status, unknowns) = restart_and_recover(&path, &service, desc(true, false));
+    assert_eq!(unknowns, 1, "the dead process left it executing");
     assert!(
         matches!(
             out,
@@ -114,7 +116,8 @@ fn before_request_without_key_or_lookup_is_surfaced_as_unknown_and_not_sent() {
     crash_at(&path, &service, desc(false, false), CrashPoint::BeforeSend);
 
     // The executor cannot know the request never left: it must not guess.
-    let (out, status) = restart_and_recover(&path, &service, desc(false, false));
+    let (out, status, unknowns) = restart_and_recover(&path, &service, desc(false, false));
+    assert_eq!(unknowns, 1, "the dead process left it executing");
     assert!(matches!(out, CallOutcome::Unknown { .. }), "{out:?}");
     assert_eq!(status, ExecutionStatus::OutcomeUnknown);
     assert!(service.requests().is_empty());
@@ -127,7 +130,8 @@ fn before_request_with_lookup_finds_nothing_and_sends_once() {
     let path = dir.path().join("l.db");
     crash_at(&path, &service, desc(false, true), CrashPoint::BeforeSend);
 
-    let (out, status) = restart_and_recover(&path, &service, desc(false, true));
+    let (out, status, unknowns) = restart_and_recover(&path, &service, desc(false, true));
+    assert_eq!(unknowns, 1, "the dead process left it executing");
     assert!(
         matches!(
             out,
@@ -157,7 +161,8 @@ fn after_remote_commit_with_lookup_commits_the_found_effect_without_resending() 
     );
     assert_eq!(service.effects().len(), 1);
 
-    let (out, status) = restart_and_recover(&path, &service, desc(false, true));
+    let (out, status, unknowns) = restart_and_recover(&path, &service, desc(false, true));
+    assert_eq!(unknowns, 1, "the dead process left it executing");
     let CallOutcome::Completed {
         external_id,
         replayed: false,
@@ -188,7 +193,8 @@ fn after_local_commit_the_stored_result_is_replayed_and_nothing_is_sent() {
         .unwrap();
         exec.execute(&op(), 0, call()).await.unwrap()
     });
-    let (out, status) = restart_and_recover(&path, &service, desc(false, false));
+    let (out, status, unknowns) = restart_and_recover(&path, &service, desc(false, false));
+    assert_eq!(unknowns, 0, "it had committed: nothing was unknown");
     let CallOutcome::Completed {
         result_json,
         replayed: true,

@@ -353,7 +353,12 @@ impl Executor {
     /// Ledger errors; an execution whose tool is not registered is an
     /// [`Error::UnknownTool`].
     pub async fn recover(&self) -> Result<Vec<CallOutcome>> {
-        let pending = self.inner.ledger.recover()?;
+        let (pending, marked) = self.inner.ledger.recover_marking()?;
+        // Attempts of a dead process whose outcome became unknown: counted
+        // here, where they are discovered (that process's metrics died).
+        for rec in pending.iter().filter(|r| marked.contains(&r.execution_id)) {
+            self.inner.metrics.outcome_unknown(&rec.tool_name);
+        }
         let mut out = Vec::with_capacity(pending.len());
         for rec in pending {
             let tool = self.tool(&rec.tool_name)?;

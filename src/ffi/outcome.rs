@@ -210,7 +210,8 @@ pub struct MetricsSnapshot {
     pub attempts: u64,
     /// Results handed back from storage without running anything.
     pub replays: u64,
-    /// Attempts whose outcome became unknown.
+    /// Attempts whose outcome became unknown: reported so by the tool, or
+    /// found by `recover` left executing by a process that died.
     pub outcome_unknown: u64,
     /// Reconciliations whose lookup found the effect.
     pub reconciled_found: u64,

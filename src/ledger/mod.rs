@@ -263,10 +263,17 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn recover(&self) -> Result<Vec<ExecutionRecord>> {
+        Ok(self.recover_marking()?.0)
+    }
+
+    /// [`Ledger::recover`], also saying which executions it turned into
+    /// `outcome_unknown` (the executor counts them in its metrics).
+    pub(crate) fn recover_marking(&self) -> Result<(Vec<ExecutionRecord>, Vec<ExecutionId>)> {
         let now = self.now();
         self.write(Durability::Lazy, |dao| {
             dao.sweep_attention(0)?;
             let mut pending = dao.executions_needing_attention()?;
+            let mut marked = Vec::new();
             for rec in pending.iter_mut() {
                 if rec.status == ExecutionStatus::Executing && !self.owner_is_live(rec, now) {
                     let reason = self.abandon_reason(rec, now);
@@ -287,10 +294,11 @@ impl Ledger {
                         rec.owner_session = None;
                         rec.lease_deadline_ms = None;
                         rec.last_reason = Some(reason.to_owned());
+                        marked.push(rec.execution_id.clone());
                     }
                 }
             }
-            Ok(pending)
+            Ok((pending, marked))
         })
     }
 
