@@ -345,3 +345,82 @@ fn a_tiny_bench_run_prints_every_figure_as_name_value() {
         vec![("result_delivered".to_owned(), 3)]
     );
 }
+
+/// The bytes of the database file and of its WAL (empty when absent).
+fn file_bytes(db: &Path) -> (Vec<u8>, Vec<u8>) {
+    let mut wal = db.as_os_str().to_os_string();
+    wal.push("-wal");
+    (
+        std::fs::read(db).unwrap(),
+        std::fs::read(wal).unwrap_or_default(),
+    )
+}
+
+#[test]
+fn inspect_stats_and_export_never_write_to_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = device_db(dir.path());
+    let path = db.to_str().unwrap();
+    let before = file_bytes(&db);
+    let v = json(&["inspect", path, "--json"]);
+    assert_eq!(v["stats"]["executions_by_status"]["result_delivered"], 6);
+    let v = json(&["stats", path, "--json"]);
+    assert_eq!(v["executions"], 9);
+    let lines = stdout(&ok(&["export", path])).lines().count();
+    assert_eq!(lines, 9);
+    assert!(file_bytes(&db) == before, "the file was written to");
+    // Unlike `inspect`, `recover` is a write: it changes the file.
+    ok(&["recover", path]);
+    assert!(file_bytes(&db) != before);
+}
+
+#[test]
+fn an_older_schema_is_read_from_a_migrated_copy_and_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("v1.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL;")
+            .unwrap();
+        conn.execute_batch(include_str!("../src/store/migrations/001_initial.sql"))
+            .unwrap();
+        conn.execute_batch(
+            "PRAGMA user_version = 1;
+             INSERT INTO operations VALUES ('o', 'open', 1, 1);
+             INSERT INTO rounds VALUES ('o', 0, 1);
+             INSERT INTO executions (execution_id, operation_id, round, position, provider,
+                provider_call_id, tool_name, tool_version, args_digest, args_json,
+                downstream_key, requires_approval, status, attempt_count, result_json,
+                created_ms, updated_ms)
+             VALUES ('o:round_0:c1:send:v1', 'o', 0, 0, 'openai_chat', 'c1', 'send', 1,
+                'b1d4d3a0a0e6d1d5f7a3a0b4f1e2d3c4b5a6978877665544332211aabbccddee',
+                '{\"secret\":\"hunter2\"}', 'tl_000000000000000000000000000000000000000000000000',
+                0, 'committed', 1, '{}', 1, 2);",
+        )
+        .unwrap();
+    }
+    let path = db.to_str().unwrap();
+    let before = file_bytes(&db);
+    let out = ok(&["stats", path, "--json"]);
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["executions"], 1);
+    assert_eq!(v["executions_by_status"]["committed"], 1);
+    assert!(
+        stderr(&out).contains("schema version 1") && stderr(&out).contains("migrated copy"),
+        "{}",
+        stderr(&out)
+    );
+    let out = ok(&["inspect", path]);
+    assert!(
+        stdout(&out).contains("o:round_0:c1:send:v1"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!stdout(&out).contains("hunter2"));
+    assert!(file_bytes(&db) == before, "the v1 file was written to");
+    let version: i64 = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 1);
+}

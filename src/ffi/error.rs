@@ -133,7 +133,9 @@ impl From<store::Error> for LedgerError {
             S::Busy => StorageKind::Busy,
             S::Corrupt => StorageKind::Corrupt,
             S::NotADatabase => StorageKind::NotADatabase,
-            S::IncompatibleVersion { .. } => StorageKind::IncompatibleVersion,
+            S::IncompatibleVersion { .. } | S::OlderSchema { .. } => {
+                StorageKind::IncompatibleVersion
+            }
             S::ReadOnly => StorageKind::ReadOnly,
             S::CannotOpen => StorageKind::CannotOpen,
             S::InvalidData(_) | S::Guard(_) | S::Sqlite(_) => StorageKind::Other,

@@ -22,6 +22,17 @@ pub enum Error {
         /// The newest version this build knows.
         supported: i64,
     },
+    /// A read-only open found a database written by an older toolledger: it
+    /// must be migrated (opened read-write) before it can be read.
+    #[error(
+        "the database has schema version {found}; open it read-write to migrate it to {current}"
+    )]
+    OlderSchema {
+        /// The file's `user_version`.
+        found: i64,
+        /// The version this build reads and writes.
+        current: i64,
+    },
     /// Another connection held the lock longer than `busy_timeout`.
     #[error("the database is locked by another connection (busy timeout elapsed)")]
     Busy,

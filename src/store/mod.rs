@@ -56,6 +56,7 @@ impl Default for StoreOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Location {
     File(PathBuf),
+    ReadOnlyFile(PathBuf),
     Memory,
 }
 
@@ -85,6 +86,26 @@ impl Store {
         })
     }
 
+    /// Opens an existing database for reading only: nothing is written to the
+    /// file (no migration, no journal-mode change, no checkpoint), for tools
+    /// that look at a database pulled from a device. Writes through it fail
+    /// with [`Error::ReadOnly`].
+    ///
+    /// # Errors
+    /// [`Error::OlderSchema`] for a file that needs a migration first,
+    /// [`Error::IncompatibleVersion`] for a newer one, [`Error::NotADatabase`],
+    /// [`Error::Corrupt`], [`Error::CannotOpen`] (also when SQLite cannot set up
+    /// read-only WAL access, e.g. in a read-only directory without `-shm`).
+    pub fn open_read_only(path: &Path, options: StoreOptions) -> Result<Store> {
+        let location = Location::ReadOnlyFile(path.to_path_buf());
+        let conn = connect(&location, &options)?;
+        Ok(Store {
+            conn: Mutex::new(Some(conn)),
+            location,
+            options,
+        })
+    }
+
     /// Opens a private in-memory database (tests, ephemeral harnesses).
     ///
     /// # Errors
@@ -102,7 +123,7 @@ impl Store {
     /// The database file's path, `None` for an in-memory store.
     pub fn path(&self) -> Option<&Path> {
         match &self.location {
-            Location::File(p) => Some(p),
+            Location::File(p) | Location::ReadOnlyFile(p) => Some(p),
             Location::Memory => None,
         }
     }
@@ -260,6 +281,29 @@ impl Drop for RollbackGuard<'_> {
     }
 }
 
+/// Opens a read-only connection: no pragma that writes, no migration.
+fn connect_read_only(path: &Path, options: &StoreOptions) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(
+        options
+            .busy_timeout
+            .min(Duration::from_millis(i32::MAX as u64)),
+    )?;
+    schema::refuse_newer(&conn)?;
+    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found < schema::CURRENT_VERSION {
+        return Err(Error::OlderSchema {
+            found,
+            current: schema::CURRENT_VERSION,
+        });
+    }
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
 fn connect(location: &Location, options: &StoreOptions) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
@@ -267,6 +311,7 @@ fn connect(location: &Location, options: &StoreOptions) -> Result<Connection> {
         | OpenFlags::SQLITE_OPEN_URI;
     let mut conn = match location {
         Location::File(path) => Connection::open_with_flags(path, flags)?,
+        Location::ReadOnlyFile(path) => return connect_read_only(path, options),
         Location::Memory => Connection::open_in_memory()?,
     };
     // rusqlite takes the timeout as an i32 of milliseconds (and panics past

@@ -6,7 +6,8 @@
 //! `reason`, for someone who is allowed to see them. Lines go to stdout or to
 //! `--out <file>`; progress and the summary go to stderr.
 //!
-//! The store is read page by page (500 rows per read transaction), so a large
+//! The file is opened read-only and never written (an older schema is read
+//! from a migrated copy). The store is read page by page (500 rows per read transaction), so a large
 //! database neither holds a long read snapshot nor sits in memory at once.
 
 use std::fs::File;
@@ -14,9 +15,8 @@ use std::io::{BufWriter, Write};
 
 use serde_json::{json, Value};
 use toolledger::model::ExecutionRecord;
-use toolledger::store::{Store, StoreOptions};
 
-use crate::maintenance::existing;
+use crate::maintenance::open_for_reading;
 use crate::progress::Progress;
 use crate::tool_args::ExportArgs;
 use crate::{CliError, CliResult};
@@ -28,9 +28,9 @@ const PAGE: u32 = 500;
 /// # Errors
 /// A missing file; the store's typed errors; I/O errors of the output.
 pub fn run(args: &ExportArgs) -> CliResult<()> {
-    existing(&args.db.db)?;
     let store_err = |e: toolledger::store::Error| CliError::Ledger(e.into());
-    let store = Store::open(&args.db.db, StoreOptions::default()).map_err(store_err)?;
+    let reading = open_for_reading(&args.db.db)?;
+    let store = reading.store()?;
     let total = store.read(|dao| dao.execution_count()).map_err(store_err)?;
     let mut out: Box<dyn Write> = match &args.out {
         Some(path) => Box::new(BufWriter::new(File::create(path)?)),

@@ -7,15 +7,16 @@
 //! and DESIGN.md keeps them out of logs and tooling. A table for people,
 //! `--json` for scripts.
 //!
-//! The file must already exist: inspecting never creates a ledger. A file
-//! that is not a ledger is reported with the library's typed error and left
-//! untouched.
+//! The file must already exist: inspecting never creates a ledger, and it
+//! never writes to the file (it is opened read-only; an older schema is read
+//! from a migrated copy). A file that is not a ledger is reported with the
+//! library's typed error and left untouched.
 
 use serde_json::{json, Value};
-use toolledger::ledger::{Ledger, LedgerConfig};
 use toolledger::model::{ExecutionRecord, OperationId, OperationStatus};
 
 use crate::args::InspectArgs;
+use crate::maintenance::open_for_reading;
 use crate::{CliError, CliResult};
 
 /// One operation and its executions.
@@ -31,26 +32,26 @@ struct OperationView {
 /// [`CliError::Other`] for a missing file; the ledger's typed errors (not a
 /// database, corrupt, newer schema …).
 pub fn run(args: &InspectArgs) -> CliResult<()> {
-    if !args.db.is_file() {
-        return Err(CliError::Other(format!(
-            "{}: no such ledger file",
-            args.db.display()
-        )));
-    }
-    let ledger = Ledger::open(&args.db, LedgerConfig::default())?;
-    let stats = ledger.stats()?;
-    let operations = ledger
-        .operations(args.limit)?
-        .into_iter()
-        .map(|(id, status)| {
-            let executions = ledger.list(&id)?;
-            Ok(OperationView {
-                id,
-                status,
-                executions,
-            })
+    let reading = open_for_reading(&args.db)?;
+    let (stats, operations) = reading
+        .store()?
+        .read(|dao| {
+            let stats = dao.stats()?;
+            let operations = dao
+                .operations(args.limit)?
+                .into_iter()
+                .map(|(id, status)| {
+                    let executions = dao.executions_of(&id)?;
+                    Ok(OperationView {
+                        id,
+                        status,
+                        executions,
+                    })
+                })
+                .collect::<Result<Vec<_>, toolledger::store::Error>>()?;
+            Ok::<_, toolledger::store::Error>((stats, operations))
         })
-        .collect::<CliResult<Vec<_>>>()?;
+        .map_err(|e| CliError::Ledger(e.into()))?;
     if args.json {
         let value = json!({
             "database": args.db.display().to_string(),

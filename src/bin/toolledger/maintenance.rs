@@ -2,7 +2,8 @@
 //! a device.
 //!
 //! - `stats` counts executions per status and per tool, transitions,
-//!   tombstones and the file's size (read-only, through the store).
+//!   tombstones and the file's size (read-only: the file is never written;
+//!   see [`open_for_reading`]).
 //! - `recover` runs `Ledger::recover` exactly as the app does at start-up
 //!   (executing rows of dead sessions become `outcome_unknown`) and lists what
 //!   needs attention with the next step for each.
@@ -34,6 +35,79 @@ pub fn existing(db: &Path) -> CliResult<()> {
             "{}: no such ledger file",
             db.display()
         )))
+    }
+}
+
+/// A database opened for looking only (`inspect`, `stats`, `export`): the
+/// file is never written. A file with an older schema (or one SQLite cannot
+/// open read-only, e.g. in a read-only directory without its `-shm`) is read
+/// from a migrated copy in a temporary directory, removed afterwards.
+pub struct Reading {
+    store: Option<Store>,
+    copy_dir: Option<std::path::PathBuf>,
+}
+
+impl Reading {
+    /// The store to read from.
+    pub fn store(&self) -> CliResult<&Store> {
+        self.store
+            .as_ref()
+            .ok_or_else(|| CliError::Other("the database is closed".into()))
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        // Close the copy's connection before its directory goes.
+        self.store = None;
+        if let Some(dir) = self.copy_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Opens `db` for reading without writing to it (see [`Reading`]).
+///
+/// # Errors
+/// A missing file; the store's typed errors (not a database, corrupt, newer
+/// schema); I/O errors of the copy.
+pub fn open_for_reading(db: &Path) -> CliResult<Reading> {
+    use toolledger::store::Error as S;
+    existing(db)?;
+    match Store::open_read_only(db, StoreOptions::default()) {
+        Ok(store) => Ok(Reading {
+            store: Some(store),
+            copy_dir: None,
+        }),
+        Err(why @ (S::OlderSchema { .. } | S::CannotOpen | S::ReadOnly)) => {
+            let dir = std::env::temp_dir().join(format!(
+                "toolledger-read-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0)
+            ));
+            std::fs::create_dir_all(&dir)?;
+            let mut reading = Reading {
+                store: None,
+                copy_dir: Some(dir.clone()),
+            };
+            let copy = dir.join("ledger.db");
+            std::fs::copy(db, &copy)?;
+            let mut wal = db.as_os_str().to_os_string();
+            wal.push("-wal");
+            if Path::new(&wal).is_file() {
+                std::fs::copy(&wal, dir.join("ledger.db-wal"))?;
+            }
+            eprintln!(
+                "toolledger: note: {} ({why}); reading a migrated copy, the file is left as it is",
+                db.display()
+            );
+            reading.store = Some(Store::open(&copy, StoreOptions::default()).map_err(ledger_err)?);
+            Ok(reading)
+        }
+        Err(e) => Err(ledger_err(e)),
     }
 }
 
@@ -86,8 +160,8 @@ fn wal_bytes(db: &Path) -> u64 {
 /// # Errors
 /// A missing file; the store's typed errors (not a database, newer schema …).
 pub fn stats(args: &DbArgs) -> CliResult<()> {
-    existing(&args.db)?;
-    let store = Store::open(&args.db, StoreOptions::default()).map_err(ledger_err)?;
+    let reading = open_for_reading(&args.db)?;
+    let store = reading.store()?;
     let (stats, by_tool, tombstones, size, range, version) = store
         .read(|dao| {
             Ok::<_, toolledger::store::Error>((
