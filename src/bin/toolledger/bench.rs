@@ -299,6 +299,12 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
             "executor_happy_path_vs_floor_ratio".into(),
             format!("{ratio_x:.3}"),
         ),
+        // The same comparison on the medians (the figure above is on total
+        // time, tails included).
+        (
+            "happy_path_vs_floor_p50_ratio".into(),
+            format!("{ratio_p50:.3}"),
+        ),
         (
             "floor_p50_us".into(),
             format!("{:.1}", f.happy.floor.quantile_us(0.5)),
