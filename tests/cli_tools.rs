@@ -405,6 +405,8 @@ fn an_older_schema_is_read_from_a_migrated_copy_and_left_as_it_is() {
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["executions"], 1);
     assert_eq!(v["executions_by_status"]["committed"], 1);
+    assert_eq!(v["schema_version"], 1, "the file's version, not the copy's");
+    assert_eq!(v["read_from_migrated_copy"], true);
     assert!(
         stderr(&out).contains("schema version 1") && stderr(&out).contains("migrated copy"),
         "{}",

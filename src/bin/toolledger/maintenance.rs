@@ -45,9 +45,17 @@ pub fn existing(db: &Path) -> CliResult<()> {
 pub struct Reading {
     store: Option<Store>,
     copy_dir: Option<std::path::PathBuf>,
+    /// The file's own schema version when a migrated copy is read.
+    older_schema: Option<i64>,
 }
 
 impl Reading {
+    /// The schema version of the file itself, when it is older than the one
+    /// read (a migrated copy).
+    pub fn older_schema(&self) -> Option<i64> {
+        self.older_schema
+    }
+
     /// The store to read from.
     pub fn store(&self) -> CliResult<&Store> {
         self.store
@@ -78,6 +86,7 @@ pub fn open_for_reading(db: &Path) -> CliResult<Reading> {
         Ok(store) => Ok(Reading {
             store: Some(store),
             copy_dir: None,
+            older_schema: None,
         }),
         Err(why @ (S::OlderSchema { .. } | S::CannotOpen | S::ReadOnly)) => {
             let dir = std::env::temp_dir().join(format!(
@@ -92,6 +101,10 @@ pub fn open_for_reading(db: &Path) -> CliResult<Reading> {
             let mut reading = Reading {
                 store: None,
                 copy_dir: Some(dir.clone()),
+                older_schema: match why {
+                    S::OlderSchema { found, .. } => Some(found),
+                    _ => None,
+                },
             };
             let copy = dir.join("ledger.db");
             std::fs::copy(db, &copy)?;
@@ -179,7 +192,8 @@ pub fn stats(args: &DbArgs) -> CliResult<()> {
     if args.json {
         let value = json!({
             "database": args.db.display().to_string(),
-            "schema_version": version,
+            "schema_version": reading.older_schema().unwrap_or(version),
+            "read_from_migrated_copy": reading.older_schema().is_some(),
             "operations": stats.operations,
             "executions": executions,
             "executions_by_status": counts(&stats.executions_by_status),
@@ -196,7 +210,13 @@ pub fn stats(args: &DbArgs) -> CliResult<()> {
         say!("{value:#}");
         return Ok(());
     }
-    say!("ledger {} (schema v{version})", args.db.display());
+    match reading.older_schema() {
+        Some(old) => say!(
+            "ledger {} (schema v{old}; read from a copy migrated to v{version})",
+            args.db.display()
+        ),
+        None => say!("ledger {} (schema v{version})", args.db.display()),
+    }
     say!(
         "file {} ({} pages of {} B, {} free), wal {}",
         human_bytes(size.bytes()),
