@@ -208,3 +208,39 @@ fn after_local_commit_the_stored_result_is_replayed_and_nothing_is_sent() {
     assert_eq!(service.requests().len(), 1);
     assert_eq!(service.effects().len(), 1);
 }
+
+#[test]
+fn a_call_asked_again_after_a_crash_counts_the_dead_attempt_as_unknown() {
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    crash_at(&path, &service, desc(true, false), CrashPoint::BeforeSend);
+    // The restarted app does not call recover(): the model's retry asks for
+    // the same call, which finds the dead process's executing row.
+    let (out, unknowns) = process(async {
+        let exec = executor_at(&path);
+        exec.register(Arc::new(HttpTool::new(
+            desc(true, false),
+            Kind::Effect,
+            &service,
+        )))
+        .unwrap();
+        let out = exec.execute(&op(), 0, call()).await.unwrap();
+        (out, exec.metrics().outcome_unknown)
+    });
+    assert!(
+        matches!(
+            out,
+            CallOutcome::Completed {
+                replayed: false,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert_eq!(unknowns, 1, "the dead attempt is counted where it is found");
+    assert_eq!(service.effects().len(), 1);
+}

@@ -86,8 +86,9 @@ pub struct MetricsSnapshot {
     /// Results handed back from storage without running anything.
     pub replays: u64,
     /// Attempts whose outcome became unknown: reported so by the tool, or
-    /// found by [`Executor::recover`](super::Executor::recover) left
-    /// `executing` by a process that died.
+    /// found left `executing` by a process that died (by
+    /// [`Executor::recover`](super::Executor::recover) or when the call is
+    /// asked for again).
     pub outcome_unknown: u64,
     /// Reconciliations whose lookup found the effect.
     pub reconciled_found: u64,

@@ -229,7 +229,17 @@ impl Executor {
         let begins = if specs.is_empty() {
             Vec::new()
         } else {
-            self.inner.ledger.begin_round(op, round, &specs)?
+            let (begins, marked) = self.inner.ledger.begin_round_marking(op, round, &specs)?;
+            // Attempts of a dead process found here (not by `recover`) whose
+            // outcome just became unknown are counted too.
+            for (spec, begin) in specs.iter().zip(&begins) {
+                if let Begin::Reconcile(t) = begin {
+                    if marked.contains(&t.execution_id) {
+                        self.inner.metrics.outcome_unknown(&spec.call.tool_name);
+                    }
+                }
+            }
+            begins
         };
         let mut begins = begins.into_iter();
         // One call (the common case) runs inline: no task, no thread hop.

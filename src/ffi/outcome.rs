@@ -211,7 +211,8 @@ pub struct MetricsSnapshot {
     /// Results handed back from storage without running anything.
     pub replays: u64,
     /// Attempts whose outcome became unknown: reported so by the tool, or
-    /// found by `recover` left executing by a process that died.
+    /// found left executing by a process that died (by `recover` or when
+    /// the call is asked for again).
     pub outcome_unknown: u64,
     /// Reconciliations whose lookup found the effect.
     pub reconciled_found: u64,

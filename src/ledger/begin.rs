@@ -49,12 +49,24 @@ impl Ledger {
         round: u32,
         calls: &[CallSpec],
     ) -> Result<Vec<Begin>> {
+        Ok(self.begin_round_marking(op, round, calls)?.0)
+    }
+
+    /// [`Ledger::begin_round`], also saying which executions it found left
+    /// `executing` by a dead owner and turned into `outcome_unknown` (the
+    /// executor counts them in its metrics).
+    pub(crate) fn begin_round_marking(
+        &self,
+        op: &OperationId,
+        round: u32,
+        calls: &[CallSpec],
+    ) -> Result<(Vec<Begin>, Vec<ExecutionId>)> {
         let prepared = calls
             .iter()
             .map(|spec| self.prepare(op, round, spec))
             .collect::<Result<Vec<_>>>()?;
         if let Some(replays) = self.replays_only(&prepared)? {
-            return Ok(replays);
+            return Ok((replays, Vec::new()));
         }
         self.write_begins(op, round, &prepared, None)
     }
@@ -105,7 +117,7 @@ impl Ledger {
         }
         let mut prepared = self.prepare(op, round, spec)?;
         prepared.id = ExecutionId::compensation(&prepared.id, original);
-        let mut answers = self.write_begins(op, round, &[prepared], Some(original))?;
+        let (mut answers, _) = self.write_begins(op, round, &[prepared], Some(original))?;
         answers
             .pop()
             .ok_or_else(|| Error::Internal("compensate produced no answer"))
@@ -139,7 +151,7 @@ impl Ledger {
         round: u32,
         calls: &[Prepared<'_>],
         compensates: Option<&ExecutionId>,
-    ) -> Result<Vec<Begin>> {
+    ) -> Result<(Vec<Begin>, Vec<ExecutionId>)> {
         let now = self.now();
         let sweep = self.sweep_due(calls.len());
         self.write(Durability::Full, |dao| {
@@ -148,10 +160,20 @@ impl Ledger {
                 dao.sweep_attention(i64::from(SWEEP_EVERY))?;
             }
             let op_status = dao.ensure_operation(op, now)?;
-            calls
+            let mut marked = Vec::new();
+            let answers = calls
                 .iter()
                 .map(|p| match dao.execution(&p.id)? {
-                    Some(rec) => self.answer_existing(dao, rec, p, op_status, now),
+                    Some(rec) => {
+                        let was_executing = rec.status == ExecutionStatus::Executing;
+                        let answer = self.answer_existing(dao, rec, p, op_status, now)?;
+                        // Executing, answered Reconcile: its owner was dead and
+                        // it was just marked unknown (a live owner is InFlight).
+                        if was_executing && matches!(answer, Begin::Reconcile(_)) {
+                            marked.push(p.id.clone());
+                        }
+                        Ok(answer)
+                    }
                     None => match dao.tombstone(&p.id)? {
                         // Pruned long ago: refused or reported, never run again.
                         Some(tomb) => Ok(retention::answer_for_tombstone(tomb, &p.args.digest)),
@@ -167,7 +189,8 @@ impl Ledger {
                         None => self.insert_new(dao, op, round, p, compensates, now),
                     },
                 })
-                .collect()
+                .collect::<Result<Vec<_>>>()?;
+            Ok((answers, marked))
         })
     }
 
