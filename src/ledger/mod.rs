@@ -257,7 +257,8 @@ impl Ledger {
     /// sync): an `outcome_unknown` mark lost to a power cut only means the
     /// next `recover` marks the same rows again, and any later durable write
     /// (every step that follows a `Reconcile` is one) makes it durable first.
-    /// The scan reads only the rows that need attention (a partial index), so
+    /// The scan reads the flagged rows (a partial index) and the few rows
+    /// begun since the last sweep (a row-id range), which it sweeps first, so
     /// its cost does not grow with history.
     ///
     /// # Errors
