@@ -307,25 +307,24 @@ impl<'a> Dao<'a> {
         // Two statements: only a move into a final status touches the
         // attention flag (and its index, if the row was flagged), so
         // `executing -> committed` writes the row's page and nothing else.
-        const STAYS: &str = "UPDATE executions SET status = ?3, updated_ms = ?4,
+        macro_rules! move_sql {
+            ($extra:literal) => {
+                concat!(
+                    "UPDATE executions SET status = ?3, updated_ms = ?4,
                     attempt_count = COALESCE(?5, attempt_count),
                     owner_session = ?6, lease_deadline_ms = ?7,
                     result_json = COALESCE(?8, result_json),
                     external_id = COALESCE(?9, external_id),
                     last_reason = COALESCE(?10, last_reason),
                     retryable = COALESCE(?11, retryable),
-                    history = history || ?12
-                 WHERE execution_id = ?1 AND status = ?2";
-        const LEAVES: &str = "UPDATE executions SET status = ?3, updated_ms = ?4,
-                    attempt_count = COALESCE(?5, attempt_count),
-                    owner_session = ?6, lease_deadline_ms = ?7,
-                    result_json = COALESCE(?8, result_json),
-                    external_id = COALESCE(?9, external_id),
-                    last_reason = COALESCE(?10, last_reason),
-                    retryable = COALESCE(?11, retryable),
-                    history = history || ?12,
-                    needs_attention = NULL
-                 WHERE execution_id = ?1 AND status = ?2";
+                    history = history || ?12",
+                    $extra,
+                    " WHERE execution_id = ?1 AND status = ?2"
+                )
+            };
+        }
+        const STAYS: &str = move_sql!("");
+        const LEAVES: &str = move_sql!(", needs_attention = NULL");
         let sql = if to.needs_attention() { STAYS } else { LEAVES };
         // Only `executing` rows have an owner and a lease.
         let (owner, lease) = if executing {

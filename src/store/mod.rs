@@ -281,17 +281,24 @@ impl Drop for RollbackGuard<'_> {
     }
 }
 
+/// Sets the busy timeout. rusqlite takes it as an i32 of milliseconds (and
+/// panics past it): clamp, a lock held for 24 days is as good as forever.
+fn set_busy_timeout(conn: &Connection, options: &StoreOptions) -> Result<()> {
+    conn.busy_timeout(
+        options
+            .busy_timeout
+            .min(Duration::from_millis(i32::MAX as u64)),
+    )?;
+    Ok(())
+}
+
 /// Opens a read-only connection: no pragma that writes, no migration.
 fn connect_read_only(path: &Path, options: &StoreOptions) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
     let conn = Connection::open_with_flags(path, flags)?;
-    conn.busy_timeout(
-        options
-            .busy_timeout
-            .min(Duration::from_millis(i32::MAX as u64)),
-    )?;
+    set_busy_timeout(&conn, options)?;
     schema::refuse_newer(&conn)?;
     let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if found < schema::CURRENT_VERSION {
@@ -314,13 +321,7 @@ fn connect(location: &Location, options: &StoreOptions) -> Result<Connection> {
         Location::ReadOnlyFile(path) => return connect_read_only(path, options),
         Location::Memory => Connection::open_in_memory()?,
     };
-    // rusqlite takes the timeout as an i32 of milliseconds (and panics past
-    // it): clamp, a lock held for 24 days is as good as forever.
-    conn.busy_timeout(
-        options
-            .busy_timeout
-            .min(Duration::from_millis(i32::MAX as u64)),
-    )?;
+    set_busy_timeout(&conn, options)?;
     // The first statement that reads the header reports NOTADB / CORRUPT.
     // A newer schema is refused before anything (even the journal mode) is
     // written to the file.
