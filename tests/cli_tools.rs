@@ -268,6 +268,7 @@ fn bad_input_is_refused_cleanly() {
     std::fs::write(&junk, b"not a database at all, just bytes ".repeat(100)).unwrap();
     let before = std::fs::read(&junk).unwrap();
     for cmd in [
+        vec!["inspect"],
         vec!["stats"],
         vec!["recover"],
         vec!["export"],
@@ -284,6 +285,25 @@ fn bad_input_is_refused_cleanly() {
         );
     }
     assert_eq!(std::fs::read(&junk).unwrap(), before, "left untouched");
+
+    // A database from a newer toolledger: the read-only commands refuse it
+    // with the typed error and leave it as it is.
+    let newer = dir.path().join("newer.db");
+    rusqlite::Connection::open(&newer)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x); PRAGMA user_version = 99;")
+        .unwrap();
+    let before = std::fs::read(&newer).unwrap();
+    for cmd in ["inspect", "stats", "export"] {
+        let out = run(&[cmd, newer.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{cmd}");
+        assert!(
+            stderr(&out).contains("schema version 99"),
+            "{cmd}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(std::fs::read(&newer).unwrap(), before, "left untouched");
 }
 
 #[test]
