@@ -5,30 +5,22 @@
 //! item's completion is recorded (one sync) before the next starts, so after a
 //! crash only the first unrecorded item can have reached the downstream. That
 //! item alone is reconciled (lookup, or a resend under its own key); the ones
-//! after it are simply performed.
+//! after it are simply performed. Each item goes to the tool as the exact
+//! text the model sent.
+//!
+//! A batch is never reported as "nothing happened" once an item committed:
+//! an item that fails for good, or a cancellation of the operation (checked
+//! before every item: no item starts after a stop), ends it as a partial
+//! commit whose result says which items happened and which did not.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
-use super::protocol::{storable_result, unknown, Step};
+use super::protocol::{completed, storable_result, unknown, Step};
 use super::tool::{LookupOutcome, PerformOutcome, ToolDescriptor, ToolHandler, ToolRequest};
-use super::{CallOutcome, Executor, Result};
+use super::{backoff, CallOutcome, Executor, Result};
 use crate::crashpoint::{self, CrashPoint};
 use crate::ledger::{Resolution, Resolved, Ticket};
-use crate::model::canonical::canonicalize;
-
-/// Parses the `items` of a batch call into canonical JSON texts.
-fn items_of(args_json: &str, limits: &crate::model::JsonLimits) -> Option<Vec<String>> {
-    let value: serde_json::Value = serde_json::from_str(args_json).ok()?;
-    let items = value.get("items")?.as_array()?;
-    items
-        .iter()
-        .map(|item| {
-            serde_json::to_string(item)
-                .ok()
-                .and_then(|t| canonicalize(&t, limits).ok())
-        })
-        .collect()
-}
+use crate::model::canonical::object_array_member;
 
 /// Runs (or, with `reconcile`, first reconciles) the unfinished items.
 pub(super) async fn perform_items(
@@ -41,37 +33,42 @@ pub(super) async fn perform_items(
     let ledger = exec.ledger();
     let id = ticket.execution_id.clone();
     let limits = ledger.config().json_limits;
-    let Some(items) = items_of(&ticket.args_json, &limits) else {
+    let args = ticket.args_json.clone();
+    let Some(items) = object_array_member(&args, "items", &limits).ok().flatten() else {
         if reconcile {
             return Ok(Step::Done(unknown(
-                &id,
+                &ticket.attempt_id(),
                 "batch arguments have no items array",
             )));
         }
         let reason = "batch arguments have no \"items\" array";
-        ledger.fail_before_commit(&id, reason, false)?;
-        return Ok(Step::Done(CallOutcome::Failed {
-            execution_id: id,
-            reason: reason.into(),
-            retryable: false,
-        }));
+        let failed = ledger
+            .fail_before_commit(&ticket.attempt_id(), reason, false)
+            .map(|()| {
+                Step::Done(CallOutcome::Failed {
+                    execution_id: id.clone(),
+                    reason: reason.into(),
+                    retryable: false,
+                })
+            });
+        return exec.or_current(&id, failed);
     };
-    let mut done: BTreeMap<u32, String> = ledger
+    let mut done: BTreeSet<u32> = ledger
         .batch_items(&id)?
         .into_iter()
-        .map(|(i, result, _)| (i, result))
+        .map(|(i, _, _)| i)
         .collect();
     let mut unknown_state = reconcile;
     let mut first_checked = false;
     for (index, item_json) in (0u32..).zip(items.iter()) {
-        if done.contains_key(&index) {
+        if done.contains(&index) {
             continue;
         }
         let request = ToolRequest {
             execution_id: id.clone(),
             downstream_key: id.batch_item(index).downstream_key(),
             tool_name: ticket.tool_name.clone(),
-            arguments_json: item_json.clone(),
+            arguments_json: (*item_json).to_owned(),
             attempt: ticket.attempt,
             item_index: Some(index),
             external_id: None,
@@ -80,60 +77,47 @@ pub(super) async fn perform_items(
             if !first_checked {
                 // Only this item can have reached the downstream.
                 first_checked = true;
-                let mut found = false;
-                if desc.lookup {
-                    match tool.lookup(request.clone()).await {
-                        Ok(LookupOutcome::Found {
-                            result_json,
-                            external_id,
-                        }) => {
-                            let result = storable_result(result_json, &limits);
-                            ledger.record_batch_item(
-                                &id,
+                match settle_uncertain_item(exec, tool, desc, &ticket, &request).await? {
+                    Settled::Found(result, external_id) => {
+                        let recorded = ledger
+                            .record_batch_item(
+                                &ticket.attempt_id(),
                                 index,
                                 &result,
                                 external_id.as_deref(),
-                            )?;
-                            done.insert(index, result);
-                            found = true;
+                            )
+                            .map(|_| ());
+                        if let Err(e) = recorded {
+                            return exec.or_current(&id, Err(e));
                         }
-                        Ok(LookupOutcome::NotFound) => {}
-                        Ok(LookupOutcome::Unsupported) if desc.idempotency_key => {}
-                        Ok(LookupOutcome::Unsupported) => {
-                            return Ok(Step::Done(unknown(
-                                &id,
-                                "batch item outcome unknown and cannot be looked up",
-                            )))
-                        }
-                        Err(e) => {
-                            return Ok(Step::Done(unknown(
-                                &id,
-                                &format!("lookup failed: {}", e.message),
-                            )))
-                        }
+                        done.insert(index);
+                        continue;
                     }
-                } else if !desc.idempotency_key {
-                    return Ok(Step::Done(unknown(
-                        &id,
-                        "batch item outcome unknown; the downstream has no key or lookup",
-                    )));
-                }
-                if found {
-                    continue;
+                    Settled::Absent => {}
+                    Settled::Stop(step) => return Ok(step),
                 }
             }
-            // More items must run: a new attempt under the same item keys.
+            // More items must run: a new attempt under the same item keys,
+            // unless the operation was cancelled (then the batch ends here).
+            if exec.operation_cancelled(&id)? {
+                return end_batch(exec, &ticket, &done, "operation cancelled", true);
+            }
             if ticket.attempt >= exec.config().max_attempts {
                 return Ok(Step::Done(unknown(
-                    &id,
+                    &ticket.attempt_id(),
                     "batch item not found downstream and no attempts left; resolve it",
                 )));
             }
-            match ledger.resolve_unknown(&id, Resolution::NotFoundRetry)? {
-                Resolved::Retry(t) => ticket = t,
-                _ => return Ok(Step::Done(unknown(&id, "reconciliation failed"))),
+            match ledger.resolve_unknown(&ticket.attempt_id(), Resolution::NotFoundRetry) {
+                Ok(Resolved::Retry(t)) => ticket = t,
+                Ok(other) => return Ok(exec.after_resolution(&ticket.attempt_id(), other)),
+                Err(e) => return exec.or_current(&id, Err(e)),
             }
             unknown_state = false;
+        }
+        // A stop halts the batch before its next item.
+        if exec.operation_cancelled(&id)? {
+            return end_batch(exec, &ticket, &done, "operation cancelled", false);
         }
         let request = ToolRequest {
             attempt: ticket.attempt,
@@ -147,8 +131,13 @@ pub(super) async fn perform_items(
             } => {
                 crashpoint::hit(CrashPoint::AfterRemoteCommit);
                 let result = storable_result(result_json, &limits);
-                ledger.record_batch_item(&id, index, &result, external_id.as_deref())?;
-                done.insert(index, result);
+                let recorded = ledger
+                    .record_batch_item(&ticket.attempt_id(), index, &result, external_id.as_deref())
+                    .map(|_| ());
+                if let Err(e) = recorded {
+                    return exec.or_current(&id, Err(e));
+                }
+                done.insert(index);
                 crashpoint::hit(CrashPoint::AfterBatchItem);
             }
             PerformOutcome::JobStarted { .. } => {
@@ -157,24 +146,146 @@ pub(super) async fn perform_items(
                 };
                 return exec.after_perform(desc, ticket, outcome).await;
             }
+            PerformOutcome::FailedBeforeCommit { reason, retryable } if !done.is_empty() => {
+                // Items committed already: retry this item while attempts
+                // last, else end as the partial commit it is.
+                let reason = format!("item {index}: {reason}");
+                if retryable && ticket.attempt < exec.config().max_attempts {
+                    let failed = ledger.fail_before_commit(&ticket.attempt_id(), &reason, true);
+                    if let Err(e) = failed {
+                        return exec.or_current(&id, Err(e));
+                    }
+                    tokio::time::sleep(backoff(exec.config(), ticket.attempt, id.as_str())).await;
+                    return exec.next_attempt(&id);
+                }
+                return end_batch(exec, &ticket, &done, &reason, false);
+            }
             other => return exec.after_perform(desc, ticket, other).await,
         }
     }
     // Every item committed: one result holding the items' results in order.
-    let mut result = String::from("{\"items\":[");
-    for (n, item_result) in done.values().enumerate() {
-        if n > 0 {
-            result.push(',');
-        }
-        result.push_str(item_result);
+    let stored = ledger.commit_batch(&ticket.attempt_id(), None);
+    let step = stored.map(|s| {
+        crashpoint::hit(CrashPoint::AfterLocalCommit);
+        Step::Done(completed(s, false))
+    });
+    exec.or_current(&id, step)
+}
+
+/// What reconciling the one uncertain item found.
+enum Settled {
+    /// It committed: its result and external id.
+    Found(String, Option<String>),
+    /// Provably absent (or resendable under its key).
+    Absent,
+    /// Nothing more can be done now.
+    Stop(Step),
+}
+
+async fn settle_uncertain_item(
+    exec: &Executor,
+    tool: &dyn ToolHandler,
+    desc: &ToolDescriptor,
+    ticket: &Ticket,
+    request: &ToolRequest,
+) -> Result<Settled> {
+    let attempt = ticket.attempt_id();
+    if desc.lookup {
+        return Ok(match tool.lookup(request.clone()).await {
+            Ok(LookupOutcome::Found {
+                result_json,
+                external_id,
+            }) => {
+                exec.metrics_sink().reconciled(true);
+                let limits = exec.ledger().config().json_limits;
+                Settled::Found(storable_result(result_json, &limits), external_id)
+            }
+            Ok(LookupOutcome::NotFound) => {
+                exec.metrics_sink().reconciled(false);
+                match exec.landing_wait(desc, ticket) {
+                    // A same-key resend to a deduping downstream is safe.
+                    Some(_) if desc.idempotency_key => Settled::Absent,
+                    Some(wait) => Settled::Stop(Step::Done(CallOutcome::Unknown {
+                        execution_id: attempt.execution_id.clone(),
+                        attempt: attempt.attempt,
+                        reason: "batch item not found downstream yet; the request sent may still land"
+                            .into(),
+                        retry_after: Some(wait),
+                    })),
+                    None => Settled::Absent,
+                }
+            }
+            Ok(LookupOutcome::Unsupported) if desc.idempotency_key => Settled::Absent,
+            Ok(LookupOutcome::Unsupported) => Settled::Stop(Step::Done(unknown(
+                &attempt,
+                "batch item outcome unknown and cannot be looked up",
+            ))),
+            Err(e) => {
+                exec.metrics_sink().reconcile_failed();
+                Settled::Stop(Step::Done(unknown(
+                    &attempt,
+                    &format!("lookup failed: {}", e.message),
+                )))
+            }
+        });
     }
-    result.push_str("]}");
-    let stored = ledger.commit(&id, &result, None)?;
-    crashpoint::hit(CrashPoint::AfterLocalCommit);
-    Ok(Step::Done(CallOutcome::Completed {
-        execution_id: stored.execution_id,
-        result_json: stored.result_json,
-        external_id: stored.external_id,
-        replayed: false,
-    }))
+    if desc.idempotency_key {
+        return Ok(Settled::Absent);
+    }
+    Ok(Settled::Stop(Step::Done(unknown(
+        &attempt,
+        "batch item outcome unknown; the downstream has no key or lookup",
+    ))))
+}
+
+/// Ends a batch before all its items ran: a partial commit when some
+/// committed, otherwise nothing happened (cancelled or failed for good).
+fn end_batch(
+    exec: &Executor,
+    ticket: &Ticket,
+    done: &BTreeSet<u32>,
+    reason: &str,
+    from_unknown: bool,
+) -> Result<Step> {
+    let ledger = exec.ledger();
+    let attempt = ticket.attempt_id();
+    let id = &ticket.execution_id;
+    if !done.is_empty() {
+        let step = if from_unknown {
+            ledger
+                .resolve_unknown(
+                    &attempt,
+                    Resolution::NotFoundAbandon {
+                        reason: reason.to_owned(),
+                    },
+                )
+                .map(|r| exec.after_resolution(&attempt, r))
+        } else {
+            ledger
+                .commit_batch(&attempt, Some(reason))
+                .map(|s| Step::Done(completed(s, false)))
+        };
+        return exec.or_current(id, step);
+    }
+    // Nothing committed: the attempt provably did nothing.
+    let step = if from_unknown {
+        ledger
+            .resolve_unknown(
+                &attempt,
+                Resolution::NotFoundAbandon {
+                    reason: reason.to_owned(),
+                },
+            )
+            .map(|r| exec.after_resolution(&attempt, r))
+    } else {
+        ledger
+            .fail_before_commit(&attempt, reason, false)
+            .and_then(|()| ledger.cancel(id))
+            .map(|_| {
+                Step::Done(CallOutcome::Cancelled {
+                    execution_id: id.clone(),
+                })
+            })
+    };
+    exec.or_current(id, step)
 }

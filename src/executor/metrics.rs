@@ -104,6 +104,9 @@ pub struct MetricsSnapshot {
     pub prevented_duplicates: u64,
     /// Webhook events ignored because they were processed before.
     pub duplicate_webhooks: u64,
+    /// Steps of an attempt refused because another attempt had superseded
+    /// it (what the stale attempt learnt is kept as evidence in the ledger).
+    pub stale_attempts: u64,
     /// Side-effect latency per tool.
     pub latency: Vec<LatencySummary>,
 }
@@ -120,6 +123,7 @@ pub struct Metrics {
     conflicts: AtomicU64,
     in_flight: AtomicU64,
     duplicate_webhooks: AtomicU64,
+    stale_attempts: AtomicU64,
     latency: Mutex<BTreeMap<String, Histogram>>,
 }
 
@@ -155,6 +159,9 @@ impl Metrics {
     }
     pub(crate) fn duplicate_webhook(&self) {
         bump(&self.duplicate_webhooks);
+    }
+    pub(crate) fn stale_attempt(&self) {
+        bump(&self.stale_attempts);
     }
     pub(crate) fn latency(&self, tool: &str, elapsed: Duration) {
         let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
@@ -197,6 +204,7 @@ impl Metrics {
             in_flight,
             prevented_duplicates: replays + in_flight + conflicts,
             duplicate_webhooks: get(&self.duplicate_webhooks),
+            stale_attempts: get(&self.stale_attempts),
             latency,
         }
     }

@@ -46,13 +46,14 @@ pub use metrics::{LatencySummary, Metrics, MetricsSnapshot};
 pub use outcome::CallOutcome;
 pub use tool::{
     BatchMode, EffectClass, LookupOutcome, PerformOutcome, ToolDescriptor, ToolError, ToolHandler,
-    ToolRequest,
+    ToolRequest, DEFAULT_LANDING_WINDOW,
 };
 
-use crate::ledger::{Begin, CallSpec, JobApplied, JobUpdate, Ledger, Resolution, Resolved};
-use crate::model::{
-    ArgsDigest, ExecutionId, ExecutionStatus, OperationId, OperationStatus, ToolCall,
-};
+use std::collections::HashMap as Map;
+use std::sync::Mutex;
+
+use crate::ledger::{AttemptId, Begin, CallSpec, JobApplied, JobUpdate, Ledger, Resolution, Ticket};
+use crate::model::{ArgsDigest, ExecutionId, ExecutionStatus, OperationId, OperationStatus, ToolCall};
 
 /// How the executor retries and times out.
 #[derive(Debug, Clone)]
@@ -90,6 +91,62 @@ struct Inner {
     tools: RwLock<HashMap<String, Arc<dyn ToolHandler>>>,
     config: ExecutorConfig,
     metrics: Metrics,
+    /// The attempts this executor is driving right now, and the ones it
+    /// started and stopped driving without finishing (the caller's future
+    /// was dropped, or a step failed): in this process nobody will finish
+    /// those, so their outcome is unknown rather than "in flight".
+    attempts: Mutex<Attempts>,
+}
+
+#[derive(Default)]
+struct Attempts {
+    running: Map<ExecutionId, u32>,
+    orphans: Map<ExecutionId, u32>,
+}
+
+/// What [`Executor::recover`] did.
+#[derive(Debug, Default)]
+pub struct Recovery {
+    /// One outcome per execution that needed attention, in the order found.
+    pub outcomes: Vec<CallOutcome>,
+    /// Executions it could not deal with (its tool is not registered, a
+    /// storage error on that row …); every other row was recovered.
+    pub failed: Vec<RecoveryFailure>,
+}
+
+/// One execution `recover` could not deal with, and why.
+#[derive(Debug)]
+pub struct RecoveryFailure {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// Why.
+    pub error: Error,
+}
+
+/// Marks an attempt as being driven by this executor while it lives; if it
+/// is dropped before [`Running::finish`], the attempt becomes an orphan.
+pub(crate) struct Running {
+    inner: Arc<Inner>,
+    id: ExecutionId,
+    attempt: u32,
+    finished: bool,
+}
+
+impl Running {
+    pub(crate) fn finish(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(mut a) = self.inner.attempts.lock() {
+            a.running.remove(&self.id);
+            if !self.finished {
+                a.orphans.insert(self.id.clone(), self.attempt);
+            }
+        }
+    }
 }
 
 /// Runs tools under the protocol. Cheap to clone (shared state).
@@ -113,7 +170,63 @@ impl Executor {
                 tools: RwLock::new(HashMap::new()),
                 config,
                 metrics: Metrics::default(),
+                attempts: Mutex::new(Attempts::default()),
             }),
+        }
+    }
+
+    /// Registers the attempt of `ticket` as driven by this executor.
+    pub(crate) fn running(&self, ticket: &Ticket) -> Running {
+        if let Ok(mut a) = self.inner.attempts.lock() {
+            a.orphans.remove(&ticket.execution_id);
+            a.running
+                .insert(ticket.execution_id.clone(), ticket.attempt);
+        }
+        Running {
+            inner: self.inner.clone(),
+            id: ticket.execution_id.clone(),
+            attempt: ticket.attempt,
+            finished: false,
+        }
+    }
+
+    /// For an `InFlight` answer about an attempt this executor started and
+    /// stopped driving (its caller went away mid-call): nobody in this
+    /// process will finish it, so its outcome becomes unknown and it is
+    /// reconciled now. `None` when someone is running it.
+    pub(crate) fn take_over_orphan(&self, id: &ExecutionId) -> Result<Option<Ticket>> {
+        let orphan = match self.inner.attempts.lock() {
+            Ok(a) if !a.running.contains_key(id) => a.orphans.get(id).copied(),
+            _ => None,
+        };
+        let Some(attempt) = orphan else {
+            return Ok(None);
+        };
+        let Some(rec) = self.inner.ledger.get(id)? else {
+            return Ok(None);
+        };
+        let ours = rec.status == ExecutionStatus::Executing
+            && rec.attempt_count == attempt
+            && rec.owner_session.as_ref() == Some(self.inner.ledger.session_id());
+        if let Ok(mut a) = self.inner.attempts.lock() {
+            a.orphans.remove(id);
+        }
+        if !ours {
+            return Ok(None);
+        }
+        let attempt_id = AttemptId::new(id.clone(), attempt);
+        match self.inner.ledger.mark_outcome_unknown(
+            &attempt_id,
+            "its caller stopped waiting while it ran; the outcome is unknown",
+        ) {
+            Ok(since) => {
+                self.inner.metrics.outcome_unknown(&rec.tool_name);
+                let mut ticket = Ticket::from_record(&rec);
+                ticket.unknown_since = Some(since);
+                Ok(Some(ticket))
+            }
+            Err(crate::ledger::Error::StaleAttempt { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -331,7 +444,10 @@ impl Executor {
     }
 
     /// Runs an existing execution that may run now (approved, or a retryable
-    /// failure), or reports where it stands.
+    /// failure), or reports where it stands, by the same table as a repeated
+    /// call: a committed one is replayed, an abandoned one reconciled, one a
+    /// live session runs is `InFlight`, and nothing starts in a cancelled
+    /// operation.
     ///
     /// # Errors
     /// Ledger errors, unknown tool.
@@ -343,66 +459,99 @@ impl Executor {
             .ok_or_else(|| crate::ledger::Error::NotFound(id.clone()))?;
         let tool = self.tool(&rec.tool_name)?;
         let desc = tool.descriptor();
-        let begin = match rec.status {
-            ExecutionStatus::Approved | ExecutionStatus::FailedBeforeCommit
-                if rec.retryable != Some(false) =>
-            {
-                Begin::Execute(self.inner.ledger.mark_executing(id)?)
-            }
-            _ => protocol::begin_for_record(self, &rec)?,
+        let begin = self.inner.ledger.continue_execution(id)?;
+        self.drive(tool.as_ref(), &desc, begin).await
+    }
+
+    /// Begins and runs a compensation of the committed execution `original`
+    /// (a refund for a payment): a new execution with its own id, key and
+    /// approval, linked to the original, run under the compensating tool's
+    /// own descriptor (its approval rule, keys, lookup and batch mode).
+    ///
+    /// # Errors
+    /// [`Error::UnknownTool`]; ledger errors (`NothingToCompensate` when
+    /// `original` never committed, bad input).
+    pub async fn compensate(
+        &self,
+        original: &ExecutionId,
+        op: &OperationId,
+        round: u32,
+        call: ToolCall,
+    ) -> Result<CallOutcome> {
+        let tool = self.tool(&call.tool_name)?;
+        let desc = tool.descriptor();
+        let spec = CallSpec {
+            call,
+            tool_version: desc.version,
+            requires_approval: desc.requires_approval,
         };
+        let begin = self.inner.ledger.compensate(original, op, round, &spec)?;
         self.drive(tool.as_ref(), &desc, begin).await
     }
 
     /// Runs `recover()` on the ledger and then deals with what it found:
     /// unknown outcomes are reconciled (lookup / same-key retry, or reported
     /// `Unknown`), approved calls run, committed-but-undelivered results come
-    /// back as replays for the model, pending approvals as `NeedsApproval`.
+    /// back as replays for the model, pending approvals as `NeedsApproval`,
+    /// failures as `Failed`. One execution that cannot be dealt with (its
+    /// tool is not registered, it moved meanwhile and fails, a storage error
+    /// on it) is reported in [`Recovery::failed`]; every other one is
+    /// recovered.
     ///
     /// # Errors
-    /// Ledger errors; an execution whose tool is not registered is an
-    /// [`Error::UnknownTool`].
-    pub async fn recover(&self) -> Result<Vec<CallOutcome>> {
+    /// Ledger errors of the scan itself.
+    pub async fn recover(&self) -> Result<Recovery> {
         let (pending, marked) = self.inner.ledger.recover_marking()?;
         // Attempts of a dead process whose outcome became unknown: counted
         // here, where they are discovered (that process's metrics died).
         for rec in pending.iter().filter(|r| marked.contains(&r.execution_id)) {
             self.inner.metrics.outcome_unknown(&rec.tool_name);
         }
-        let mut out = Vec::with_capacity(pending.len());
+        let mut recovery = Recovery::default();
         for rec in pending {
-            let tool = self.tool(&rec.tool_name)?;
-            let desc = tool.descriptor();
-            let begin = match rec.status {
-                ExecutionStatus::Approved => {
-                    Begin::Execute(self.inner.ledger.mark_executing(&rec.execution_id)?)
-                }
-                _ => protocol::begin_for_record(self, &rec)?,
-            };
-            out.push(self.drive(tool.as_ref(), &desc, begin).await?);
+            let id = rec.execution_id.clone();
+            match self.recover_one(&rec).await {
+                Ok(outcome) => recovery.outcomes.push(outcome),
+                Err(error) => recovery.failed.push(RecoveryFailure {
+                    execution_id: id,
+                    error,
+                }),
+            }
         }
-        Ok(out)
+        Ok(recovery)
     }
 
-    /// Resolves an unknown outcome the app settled (e.g. the user checked
-    /// their bank): commit the found result, retry under the same key, or
-    /// record the failure.
+    async fn recover_one(&self, rec: &crate::model::ExecutionRecord) -> Result<CallOutcome> {
+        let tool = self.tool(&rec.tool_name)?;
+        let desc = tool.descriptor();
+        if rec.status == ExecutionStatus::FailedBeforeCommit && rec.retryable == Some(true) {
+            // Reported, not run again: the app (or the model) decides.
+            return Ok(CallOutcome::Failed {
+                execution_id: rec.execution_id.clone(),
+                reason: rec.last_reason.clone().unwrap_or_default(),
+                retryable: true,
+            });
+        }
+        let begin = self.inner.ledger.continue_execution(&rec.execution_id)?;
+        self.drive(tool.as_ref(), &desc, begin).await
+    }
+
+    /// Resolves attempt `attempt`'s unknown outcome the app settled (e.g.
+    /// the user checked their bank): commit the found result, retry under
+    /// the same key, or record the failure. Refused (`StaleAttempt`) when
+    /// another attempt has started since.
     ///
     /// # Errors
     /// Ledger errors.
     pub async fn resolve_unknown(
         &self,
-        id: &ExecutionId,
+        attempt: &AttemptId,
         resolution: Resolution,
     ) -> Result<CallOutcome> {
-        match self.inner.ledger.resolve_unknown(id, resolution)? {
-            Resolved::Committed(r) => Ok(CallOutcome::Completed {
-                execution_id: r.execution_id,
-                result_json: r.result_json,
-                external_id: r.external_id,
-                replayed: false,
-            }),
-            Resolved::Retry(ticket) => {
+        let resolved = self.inner.ledger.resolve_unknown(attempt, resolution)?;
+        match self.after_resolution(attempt, resolved) {
+            protocol::Step::Perform(ticket) => {
+                let id = &attempt.execution_id;
                 let rec = self
                     .inner
                     .ledger
@@ -413,14 +562,19 @@ impl Executor {
                 self.drive(tool.as_ref(), &desc, Begin::Execute(ticket))
                     .await
             }
-            Resolved::Failed => {
-                let rec = self.inner.ledger.get(id)?;
+            protocol::Step::Done(CallOutcome::Unknown { .. }) => {
+                // Recorded as failed: say so, with the recorded reason.
+                let rec = self.inner.ledger.get(&attempt.execution_id)?;
                 Ok(CallOutcome::Failed {
-                    execution_id: id.clone(),
+                    execution_id: attempt.execution_id.clone(),
                     reason: rec.and_then(|r| r.last_reason).unwrap_or_default(),
                     retryable: false,
                 })
             }
+            protocol::Step::Done(outcome) => Ok(outcome),
+            protocol::Step::Reconcile(_) => Err(Error::Internal(
+                "a resolution cannot lead to another reconciliation".into(),
+            )),
         }
     }
 
@@ -454,9 +608,10 @@ impl Executor {
         Ok(self.inner.ledger.record_job_update(id, update)?)
     }
 
-    /// Cancels an operation. Calls not yet running are cancelled; a call in
-    /// flight finishes honestly (if it commits, the operation becomes
-    /// `cancelled_after_side_effect`).
+    /// Cancels an operation. Calls not yet running are cancelled and nothing
+    /// starts in it again (no retry, no next batch item); a call in flight
+    /// finishes honestly. It is `cancelled_after_side_effect` as soon as any
+    /// effect may exist (committed, running, unknown, committed batch items).
     ///
     /// # Errors
     /// Ledger errors.

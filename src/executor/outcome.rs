@@ -17,6 +17,9 @@ pub enum CallOutcome {
         external_id: Option<String>,
         /// True for a replay of a stored result.
         replayed: bool,
+        /// True for an independent batch that committed only some of its
+        /// items: `result_json` says which happened and which did not.
+        partial: bool,
     },
     /// The call waits for a human. Approve `args_digest`, then run again.
     NeedsApproval {
@@ -37,13 +40,22 @@ pub enum CallOutcome {
         /// The downstream's job id.
         job_id: String,
     },
-    /// The effect may or may not have happened and nothing can tell: the app
-    /// must resolve it (`resolve_unknown`), usually by asking the user.
+    /// The effect may or may not have happened and nothing can tell yet.
+    /// With `retry_after`, ask again (run the same call, or `recover`) after
+    /// that long: a request already sent may still land until then, and
+    /// nothing is sent again meanwhile. Without it the app must resolve it
+    /// (`resolve_unknown`), usually by asking the user.
     Unknown {
         /// The execution.
         execution_id: ExecutionId,
+        /// The attempt whose outcome is unknown: name it when resolving
+        /// (`resolve_unknown`), so a resolution meant for it never applies
+        /// to a later attempt.
+        attempt: u32,
         /// Why it is unknown.
         reason: String,
+        /// When to ask again, if waiting can settle it.
+        retry_after: Option<std::time::Duration>,
     },
     /// Provably not committed.
     Failed {
@@ -63,10 +75,13 @@ pub enum CallOutcome {
         /// Digest of the offered arguments.
         new_digest: ArgsDigest,
     },
-    /// Another live session is running it.
+    /// Another live session is running it (or a suspended one, whose claim
+    /// lapses after `retry_after`).
     InFlight {
         /// The execution.
         execution_id: ExecutionId,
+        /// When to ask again, if known.
+        retry_after: Option<std::time::Duration>,
     },
     /// A human rejected it.
     Rejected {
@@ -90,7 +105,7 @@ impl CallOutcome {
             | CallOutcome::Unknown { execution_id, .. }
             | CallOutcome::Failed { execution_id, .. }
             | CallOutcome::Conflict { execution_id, .. }
-            | CallOutcome::InFlight { execution_id }
+            | CallOutcome::InFlight { execution_id, .. }
             | CallOutcome::Rejected { execution_id }
             | CallOutcome::Cancelled { execution_id } => execution_id,
         }
@@ -107,6 +122,7 @@ impl CallOutcome {
     /// A short label for logs and metrics ("completed", "replayed", …).
     pub fn label(&self) -> &'static str {
         match self {
+            CallOutcome::Completed { partial: true, .. } => "partial",
             CallOutcome::Completed { replayed: true, .. } => "replayed",
             CallOutcome::Completed { .. } => "completed",
             CallOutcome::NeedsApproval { .. } => "needs_approval",

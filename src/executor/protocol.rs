@@ -1,16 +1,21 @@
 //! The side-effect protocol as one loop: perform → commit, with failures,
 //! unknown outcomes and reconciliation as explicit steps.
+//!
+//! Every step of an attempt names it (its [`crate::ledger::AttemptId`]); when
+//! the ledger says the attempt is stale (another attempt superseded it), what
+//! the tool returned is kept as evidence by the ledger and the caller gets
+//! the execution's current truth, never a second story.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::tool::{
     BatchMode, LookupOutcome, PerformOutcome, ToolDescriptor, ToolHandler, ToolRequest,
 };
 use super::{backoff, batch, CallOutcome, Executor, Result};
 use crate::crashpoint::{self, CrashPoint};
-use crate::ledger::{Begin, Resolution, Resolved, StoredResult, Ticket};
+use crate::ledger::{self, AttemptId, Begin, Resolution, Resolved, StoredResult, Ticket};
 use crate::model::canonical::write_json_string;
-use crate::model::{ExecutionRecord, ExecutionStatus, JsonLimits, OperationStatus};
+use crate::model::{ExecutionId, ExecutionStatus, JsonLimits, OperationStatus};
 
 /// The next thing to do for one execution.
 pub(super) enum Step {
@@ -22,35 +27,14 @@ pub(super) enum Step {
     Done(CallOutcome),
 }
 
-/// The `Begin` a stored record stands for, without writing anything
-/// (used by `recover` and `run_existing`).
-pub(super) fn begin_for_record(exec: &Executor, rec: &ExecutionRecord) -> Result<Begin> {
-    use ExecutionStatus as S;
-    let id = rec.execution_id.clone();
-    Ok(match rec.status {
-        S::Committed | S::ResultDelivered => Begin::Replay(StoredResult {
-            execution_id: id,
-            result_json: rec.result_json.clone().unwrap_or_default(),
-            external_id: rec.external_id.clone(),
-        }),
-        S::OutcomeUnknown => Begin::Reconcile(Ticket::from_record(rec)),
-        S::Prepared if rec.requires_approval => {
-            Begin::NeedsApproval(crate::ledger::ApprovalRequest {
-                execution_id: id,
-                tool_name: rec.tool_name.clone(),
-                args_json: rec.args_json.clone(),
-                args_digest: rec.args_digest.clone(),
-            })
-        }
-        S::Prepared | S::Approved => Begin::Execute(exec.ledger().mark_executing(&id)?),
-        S::Executing => Begin::InFlight { execution_id: id },
-        S::FailedBeforeCommit => Begin::Failed {
-            execution_id: id,
-            reason: rec.last_reason.clone().unwrap_or_default(),
-        },
-        S::Rejected => Begin::Rejected { execution_id: id },
-        S::CancelledBeforeCommit => Begin::Cancelled { execution_id: id },
-    })
+pub(super) fn completed(r: StoredResult, replayed: bool) -> CallOutcome {
+    CallOutcome::Completed {
+        execution_id: r.execution_id,
+        result_json: r.result_json,
+        external_id: r.external_id,
+        replayed,
+        partial: r.partial,
+    }
 }
 
 impl Executor {
@@ -67,12 +51,7 @@ impl Executor {
             Begin::Reconcile(t) => Step::Reconcile(t),
             Begin::Replay(r) => {
                 metrics.replay();
-                Step::Done(CallOutcome::Completed {
-                    execution_id: r.execution_id,
-                    result_json: r.result_json,
-                    external_id: r.external_id,
-                    replayed: true,
-                })
+                Step::Done(completed(r, true))
             }
             Begin::NeedsApproval(req) => Step::Done({
                 crashpoint::hit(CrashPoint::AfterPrepared);
@@ -95,10 +74,19 @@ impl Executor {
                     new_digest,
                 })
             }
-            Begin::InFlight { execution_id } => {
-                metrics.in_flight();
-                Step::Done(CallOutcome::InFlight { execution_id })
-            }
+            Begin::InFlight {
+                execution_id,
+                retry_after,
+            } => match self.take_over_orphan(&execution_id)? {
+                Some(ticket) => Step::Reconcile(ticket),
+                None => {
+                    metrics.in_flight();
+                    Step::Done(CallOutcome::InFlight {
+                        execution_id,
+                        retry_after,
+                    })
+                }
+            },
             Begin::Failed {
                 execution_id,
                 reason,
@@ -117,18 +105,27 @@ impl Executor {
         loop {
             step = match step {
                 Step::Done(outcome) => return Ok(outcome),
-                Step::Perform(ticket) => match desc.batch {
-                    BatchMode::Independent => {
-                        batch::perform_items(self, tool, desc, ticket, false).await?
+                Step::Perform(ticket) => {
+                    // Dropped unfinished (the caller went away, a step
+                    // failed): the attempt is an orphan of this executor.
+                    let running = self.running(&ticket);
+                    let next = match desc.batch {
+                        BatchMode::Independent => {
+                            batch::perform_items(self, tool, desc, ticket, false).await?
+                        }
+                        BatchMode::Atomic => self.perform_once(tool, desc, ticket).await?,
+                    };
+                    running.finish();
+                    next
+                }
+                Step::Reconcile(ticket) => {
+                    match desc.batch {
+                        BatchMode::Independent => {
+                            batch::perform_items(self, tool, desc, ticket, true).await?
+                        }
+                        BatchMode::Atomic => self.reconcile(tool, desc, ticket).await?,
                     }
-                    BatchMode::Atomic => self.perform_once(tool, desc, ticket).await?,
-                },
-                Step::Reconcile(ticket) => match desc.batch {
-                    BatchMode::Independent => {
-                        batch::perform_items(self, tool, desc, ticket, true).await?
-                    }
-                    BatchMode::Atomic => self.reconcile(tool, desc, ticket).await?,
-                },
+                }
             };
         }
     }
@@ -145,64 +142,124 @@ impl Executor {
         self.after_perform(desc, ticket, outcome).await
     }
 
-    /// Records what one attempt did and decides the next step.
+    /// Records what one attempt did and decides the next step. A stale
+    /// attempt (superseded while it ran) ends with the current truth.
     pub(super) async fn after_perform(
         &self,
         desc: &ToolDescriptor,
-        ticket: Ticket,
+        mut ticket: Ticket,
         outcome: PerformOutcome,
     ) -> Result<Step> {
         let ledger = self.ledger();
-        let id = &ticket.execution_id;
-        Ok(match outcome {
+        let attempt = ticket.attempt_id();
+        let id = &ticket.execution_id.clone();
+        let recorded = match outcome {
             PerformOutcome::Committed {
                 result_json,
                 external_id,
             } => {
                 crashpoint::hit(CrashPoint::AfterRemoteCommit);
                 let result_json = storable_result(result_json, &ledger.config().json_limits);
-                let stored = ledger.commit_valid(id, &result_json, external_id.as_deref())?;
-                crashpoint::hit(CrashPoint::AfterLocalCommit);
-                Step::Done(CallOutcome::Completed {
-                    execution_id: stored.execution_id,
-                    result_json: stored.result_json,
-                    external_id: stored.external_id,
-                    replayed: false,
-                })
+                ledger
+                    .commit_valid(&attempt, &result_json, external_id.as_deref())
+                    .map(|stored| {
+                        crashpoint::hit(CrashPoint::AfterLocalCommit);
+                        Step::Done(completed(stored, false))
+                    })
             }
             PerformOutcome::JobStarted { job_id } => {
-                ledger.record_job(id, &job_id)?;
-                Step::Done(CallOutcome::Pending {
-                    execution_id: id.clone(),
-                    job_id,
+                ledger.record_job(&attempt, &job_id).map(|()| {
+                    Step::Done(CallOutcome::Pending {
+                        execution_id: id.clone(),
+                        job_id,
+                    })
                 })
             }
             PerformOutcome::FailedBeforeCommit { reason, retryable } => {
-                ledger.fail_before_commit(id, &reason, retryable)?;
-                if retryable && ticket.attempt < self.config().max_attempts {
-                    tokio::time::sleep(backoff(self.config(), ticket.attempt, id.as_str())).await;
-                    match self.stop_if_cancelled(id)? {
-                        Some(cancelled) => Step::Done(cancelled),
-                        None => Step::Perform(ledger.mark_executing(id)?),
+                match ledger.fail_before_commit(&attempt, &reason, retryable) {
+                    Ok(()) if retryable && ticket.attempt < self.config().max_attempts => {
+                        tokio::time::sleep(backoff(self.config(), ticket.attempt, id.as_str()))
+                            .await;
+                        return self.next_attempt(id);
                     }
-                } else {
-                    Step::Done(CallOutcome::Failed {
+                    Ok(()) => Ok(Step::Done(CallOutcome::Failed {
                         execution_id: id.clone(),
                         reason,
                         retryable,
-                    })
+                    })),
+                    Err(e) => Err(e),
                 }
             }
             PerformOutcome::Unknown { reason } => {
                 self.metrics_sink().outcome_unknown(&desc.name);
-                ledger.mark_outcome_unknown(id, &reason)?;
-                Step::Reconcile(ticket)
+                ledger.mark_outcome_unknown(&attempt, &reason).map(|since| {
+                    ticket.unknown_since = Some(since);
+                    Step::Reconcile(ticket.clone())
+                })
             }
+        };
+        self.or_current(id, recorded)
+    }
+
+    /// The next attempt of a retryable failure, unless its operation was
+    /// cancelled meanwhile (then it is cancelled, and nothing runs).
+    pub(super) fn next_attempt(&self, id: &ExecutionId) -> Result<Step> {
+        match self.ledger().mark_executing(id) {
+            Ok(t) => Ok(Step::Perform(t)),
+            Err(ledger::Error::OperationCancelled(_)) => Ok(Step::Done(self.current_outcome(id)?)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A step refused as stale ends with the execution's current truth; any
+    /// other result passes through.
+    pub(super) fn or_current(
+        &self,
+        id: &ExecutionId,
+        step: std::result::Result<Step, ledger::Error>,
+    ) -> Result<Step> {
+        match step {
+            Ok(step) => Ok(step),
+            Err(ledger::Error::StaleAttempt { .. }) => {
+                self.metrics_sink().stale_attempt();
+                Ok(Step::Done(self.current_outcome(id)?))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// What the ledger says about `id` now, without running anything.
+    pub(super) fn current_outcome(&self, id: &ExecutionId) -> Result<CallOutcome> {
+        use ExecutionStatus as S;
+        let rec = self
+            .ledger()
+            .get(id)?
+            .ok_or_else(|| ledger::Error::NotFound(id.clone()))?;
+        let execution_id = id.clone();
+        Ok(match rec.status {
+            S::Committed | S::ResultDelivered => completed(StoredResult::of(&rec), true),
+            S::Executing | S::Approved | S::Prepared => CallOutcome::InFlight {
+                execution_id,
+                retry_after: None,
+            },
+            S::OutcomeUnknown => CallOutcome::Unknown {
+                execution_id,
+                attempt: rec.attempt_count,
+                reason: rec.last_reason.unwrap_or_else(|| "outcome unknown".into()),
+                retry_after: None,
+            },
+            S::FailedBeforeCommit => CallOutcome::Failed {
+                execution_id,
+                reason: rec.last_reason.unwrap_or_default(),
+                retryable: rec.retryable == Some(true),
+            },
+            S::Rejected => CallOutcome::Rejected { execution_id },
+            S::CancelledBeforeCommit => CallOutcome::Cancelled { execution_id },
         })
     }
 
     /// True when the execution's operation was cancelled.
-    fn operation_cancelled(&self, id: &crate::model::ExecutionId) -> Result<bool> {
+    pub(super) fn operation_cancelled(&self, id: &ExecutionId) -> Result<bool> {
         let ledger = self.ledger();
         let Some(rec) = ledger.get(id)? else {
             return Ok(false);
@@ -213,30 +270,22 @@ impl Executor {
         ))
     }
 
-    /// A provably failed attempt is where a call of a cancelled operation
-    /// stops: if the operation was cancelled while the attempt ran (or
-    /// during the backoff), the execution is cancelled instead of retried.
-    fn stop_if_cancelled(&self, id: &crate::model::ExecutionId) -> Result<Option<CallOutcome>> {
-        let ledger = self.ledger();
-        let Some(rec) = ledger.get(id)? else {
-            return Ok(None);
-        };
-        let op_cancelled = matches!(
-            ledger.operation_status(&rec.operation_id)?,
-            Some(OperationStatus::Cancelled | OperationStatus::CancelledAfterSideEffect)
-        );
-        if !op_cancelled && rec.status != ExecutionStatus::CancelledBeforeCommit {
-            return Ok(None);
-        }
-        // failed_before_commit → cancelled_before_commit, unless
-        // `cancel_operation` already moved it there.
-        ledger.cancel(id)?;
-        Ok(Some(CallOutcome::Cancelled {
-            execution_id: id.clone(),
-        }))
+    /// How long until a lookup's "not found" for `ticket` counts as absent:
+    /// a request sent before the outcome became unknown may land until the
+    /// tool's landing window has passed. `None` once it has.
+    pub(super) fn landing_wait(&self, desc: &ToolDescriptor, ticket: &Ticket) -> Option<Duration> {
+        let window = i64::try_from(desc.landing_window.as_millis()).unwrap_or(i64::MAX);
+        let now = self.ledger().clock().monotonic();
+        // No time recorded (cannot happen for tickets of this build): the
+        // whole window is still ahead.
+        let elapsed = ticket.unknown_since.as_ref().map_or(0, |s| now.since(s));
+        let left = window.saturating_sub(elapsed);
+        (left > 0).then(|| Duration::from_millis(u64::try_from(left).unwrap_or(0)))
     }
 
-    /// Reconcile before replay: lookup, then same-key retry, then surface.
+    /// Reconcile before anything else: lookup, then same-key retry, then
+    /// surface. A lookup's "not found" inside the landing window leaves the
+    /// outcome unknown (nothing is sent again) and says when to ask again.
     async fn reconcile(
         &self,
         tool: &dyn ToolHandler,
@@ -245,6 +294,7 @@ impl Executor {
     ) -> Result<Step> {
         let ledger = self.ledger();
         let id = ticket.execution_id.clone();
+        let attempt = ticket.attempt_id();
         // A background job the downstream accepted is pending, not unknown:
         // its completion arrives by polling or webhook.
         if let Some((job_id, state)) = ledger.job(&id)? {
@@ -259,6 +309,14 @@ impl Executor {
         // settle the outcome (found → committed; not found → cancelled).
         let cancelled = self.operation_cancelled(&id)?;
         let attempts_left = !cancelled && ticket.attempt < self.config().max_attempts;
+        let resend = |this: &Executor| {
+            this.or_current(
+                &id,
+                ledger
+                    .resolve_unknown(&attempt, Resolution::NotFoundRetry)
+                    .map(|r| this.after_resolution(&attempt, r)),
+            )
+        };
         if desc.lookup {
             match tool.lookup(request_for(&ticket)).await {
                 Ok(LookupOutcome::Found {
@@ -267,47 +325,49 @@ impl Executor {
                 }) => {
                     self.metrics_sink().reconciled(true);
                     let result_json = storable_result(result_json, &ledger.config().json_limits);
-                    return Ok(
-                        match ledger.resolve_unknown(
-                            &id,
+                    let resolved = ledger
+                        .resolve_unknown(
+                            &attempt,
                             Resolution::Found {
                                 result_json,
                                 external_id,
                             },
-                        )? {
-                            Resolved::Committed(r) => Step::Done(CallOutcome::Completed {
-                                execution_id: r.execution_id,
-                                result_json: r.result_json,
-                                external_id: r.external_id,
-                                replayed: false,
-                            }),
-                            Resolved::Retry(t) => Step::Perform(t),
-                            Resolved::Failed => Step::Done(unknown(&id, "reconciliation failed")),
-                        },
-                    );
-                }
-                Ok(LookupOutcome::NotFound) if attempts_left => {
-                    self.metrics_sink().reconciled(false);
-                    return Ok(retry(
-                        ledger.resolve_unknown(&id, Resolution::NotFoundRetry)?,
-                        &id,
-                    ));
-                }
-                Ok(LookupOutcome::NotFound) if cancelled => {
-                    self.metrics_sink().reconciled(false);
-                    let _failed = ledger.resolve_unknown(
-                        &id,
-                        Resolution::NotFoundAbandon {
-                            reason: "not found downstream after cancellation".into(),
-                        },
-                    )?;
-                    ledger.cancel(&id)?;
-                    return Ok(Step::Done(CallOutcome::Cancelled { execution_id: id }));
+                        )
+                        .map(|r| self.after_resolution(&attempt, r));
+                    return self.or_current(&id, resolved);
                 }
                 Ok(LookupOutcome::NotFound) => {
                     self.metrics_sink().reconciled(false);
+                    // The downstream dedupes by our key: a resend is safe
+                    // even if the first request is still on its way.
+                    if desc.idempotency_key && attempts_left {
+                        return resend(self);
+                    }
+                    if let Some(wait) = self.landing_wait(desc, &ticket) {
+                        return Ok(Step::Done(CallOutcome::Unknown {
+                            execution_id: id,
+                            attempt: attempt.attempt,
+                            reason: "not found downstream yet; the request sent may still land"
+                                .into(),
+                            retry_after: Some(wait),
+                        }));
+                    }
+                    if attempts_left {
+                        return resend(self);
+                    }
+                    if cancelled {
+                        let resolved = ledger
+                            .resolve_unknown(
+                                &attempt,
+                                Resolution::NotFoundAbandon {
+                                    reason: "not found downstream after cancellation".into(),
+                                },
+                            )
+                            .map(|r| self.after_resolution(&attempt, r));
+                        return self.or_current(&id, resolved);
+                    }
                     return Ok(Step::Done(unknown(
-                        &id,
+                        &attempt,
                         "not found downstream and no attempts left; resolve it",
                     )));
                 }
@@ -315,7 +375,7 @@ impl Executor {
                 Err(e) => {
                     self.metrics_sink().reconcile_failed();
                     return Ok(Step::Done(unknown(
-                        &id,
+                        &attempt,
                         &format!("lookup failed: {}", e.message),
                     )));
                 }
@@ -324,51 +384,51 @@ impl Executor {
         if desc.idempotency_key && attempts_left {
             // The downstream dedupes by our key: sending it again either
             // returns the original effect or performs it the one time.
-            return Ok(retry(
-                ledger.resolve_unknown(&id, Resolution::NotFoundRetry)?,
-                &id,
-            ));
+            return resend(self);
         }
         let reason = ledger
             .get(&id)?
             .and_then(|r| r.last_reason)
             .unwrap_or_else(|| "outcome unknown".into());
-        Ok(Step::Done(unknown(&id, &reason)))
+        Ok(Step::Done(unknown(&attempt, &reason)))
     }
 
-    /// Runs `perform` with the timeout and keeps the lease alive meanwhile.
-    /// Transport errors and timeouts come back as `Unknown`.
+    /// The step a resolution leads to.
+    pub(super) fn after_resolution(&self, attempt: &AttemptId, resolved: Resolved) -> Step {
+        match resolved {
+            Resolved::Retry(t) => Step::Perform(t),
+            Resolved::Committed(r) | Resolved::Partial(r) => Step::Done(completed(r, false)),
+            Resolved::Failed => Step::Done(unknown(attempt, "reconciliation failed")),
+            Resolved::Cancelled => Step::Done(CallOutcome::Cancelled {
+                execution_id: attempt.execution_id.clone(),
+            }),
+        }
+    }
+
+    /// Runs `perform` with the timeout. Transport errors and timeouts come
+    /// back as `Unknown`. (No lease to renew: a running session owns its
+    /// attempts for as long as it holds its session lock.)
     pub(super) async fn perform_guarded(
         &self,
         tool: &dyn ToolHandler,
         tool_name: &str,
         request: ToolRequest,
     ) -> PerformOutcome {
-        let ledger = self.ledger().clone();
-        let id = request.execution_id.clone();
         let started = Instant::now();
         self.metrics_sink().attempt();
         let perform = tool.perform(request);
-        tokio::pin!(perform);
-        let renew_every = (ledger.config().lease / 3).max(std::time::Duration::from_millis(10));
-        let mut renew =
-            tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
-        let timeout = self.config().perform_timeout;
-        let deadline =
-            tokio::time::sleep(timeout.unwrap_or(std::time::Duration::from_secs(u32::MAX.into())));
-        tokio::pin!(deadline);
-        let outcome = loop {
-            tokio::select! {
-                out = &mut perform => break match out {
-                    Ok(o) => o,
-                    Err(e) => PerformOutcome::Unknown { reason: format!("tool error: {}", e.message) },
-                },
-                _ = renew.tick() => { let _ = ledger.renew_lease(&id); }
-                _ = &mut deadline, if timeout.is_some() => break PerformOutcome::Unknown {
+        let outcome = match self.config().perform_timeout {
+            Some(timeout) => match tokio::time::timeout(timeout, perform).await {
+                Ok(out) => out,
+                Err(_) => Ok(PerformOutcome::Unknown {
                     reason: "timed out waiting for the downstream".into(),
-                },
-            }
+                }),
+            },
+            None => perform.await,
         };
+        let outcome = outcome.unwrap_or_else(|e| PerformOutcome::Unknown {
+            reason: format!("tool error: {}", e.message),
+        });
         self.metrics_sink().latency(tool_name, started.elapsed());
         outcome
     }
@@ -387,23 +447,12 @@ fn request_for(ticket: &Ticket) -> ToolRequest {
     }
 }
 
-fn retry(resolved: Resolved, id: &crate::model::ExecutionId) -> Step {
-    match resolved {
-        Resolved::Retry(t) => Step::Perform(t),
-        Resolved::Committed(r) => Step::Done(CallOutcome::Completed {
-            execution_id: r.execution_id,
-            result_json: r.result_json,
-            external_id: r.external_id,
-            replayed: false,
-        }),
-        Resolved::Failed => Step::Done(unknown(id, "reconciliation failed")),
-    }
-}
-
-pub(super) fn unknown(id: &crate::model::ExecutionId, reason: &str) -> CallOutcome {
+pub(super) fn unknown(attempt: &AttemptId, reason: &str) -> CallOutcome {
     CallOutcome::Unknown {
-        execution_id: id.clone(),
+        execution_id: attempt.execution_id.clone(),
+        attempt: attempt.attempt,
         reason: reason.to_owned(),
+        retry_after: None,
     }
 }
 

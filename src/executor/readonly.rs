@@ -12,7 +12,9 @@ pub(super) fn prepare(
     call: &ToolCall,
     desc: &ToolDescriptor,
 ) -> Result<ToolRequest> {
-    let arguments_json = canonicalize(&call.arguments, &exec.ledger().config().json_limits)?;
+    // Checked, not rewritten: the tool gets the arguments the model sent.
+    canonicalize(&call.arguments, &exec.ledger().config().json_limits)?;
+    let arguments_json = call.arguments.clone();
     let execution_id = ExecutionId::derive(&ExecutionIdParts {
         operation: op,
         round,
@@ -58,6 +60,7 @@ pub(super) async fn run(
                     ),
                     external_id,
                     replayed: false,
+                    partial: false,
                 })
             }
             PerformOutcome::FailedBeforeCommit { reason, retryable } => (reason, retryable),

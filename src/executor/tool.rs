@@ -47,7 +47,21 @@ pub struct ToolDescriptor {
     pub requires_approval: bool,
     /// Batch behaviour.
     pub batch: BatchMode,
+    /// How long after an attempt's outcome became unknown (a timeout, a
+    /// dropped connection, a dead owner) a request it sent may still take
+    /// effect downstream: the downstream's own deadline for a request it
+    /// received late. Until it has passed, a lookup's "not found" does not
+    /// prove the effect absent, so nothing is sent again (a same-key resend to
+    /// a downstream that dedupes by key excepted) and the caller is told
+    /// when to ask again. Default [`DEFAULT_LANDING_WINDOW`].
+    pub landing_window: std::time::Duration,
 }
+
+/// The default [`ToolDescriptor::landing_window`]: 120 s, longer than the
+/// request timeouts of common HTTP stacks and load balancers (30–60 s) plus
+/// the executor's default `perform_timeout`. Set a tool's own when its
+/// downstream documents one.
+pub const DEFAULT_LANDING_WINDOW: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl ToolDescriptor {
     /// A read-only tool.
@@ -60,6 +74,7 @@ impl ToolDescriptor {
             lookup: false,
             requires_approval: false,
             batch: BatchMode::Atomic,
+            landing_window: DEFAULT_LANDING_WINDOW,
         }
     }
 

@@ -35,6 +35,13 @@ pub enum StorageKind {
     CannotOpen,
     /// The session lock files next to the database could not be used.
     SessionLock,
+    /// Another database is at the ledger's path now (the file was replaced
+    /// while the ledger was suspended). Nothing was written.
+    DatabaseReplaced,
+    /// Another SQLite library in this process opened and closed the ledger
+    /// file; the last write may be lost (the connection was reopened). Never
+    /// open the ledger file yourself: use the ledger's backup/export.
+    ForeignConnection,
     /// Any other storage failure (invalid stored data, a schema guard, SQLite).
     Other,
 }
@@ -100,6 +107,27 @@ pub enum LedgerError {
         /// The tool name the call asked for.
         name: String,
     },
+    /// The step named an attempt that another attempt has superseded (its
+    /// owner was found gone and the call was taken over). Nothing of the
+    /// execution changed; what the step carried is kept as evidence. Read
+    /// the execution again with `get` to see where it stands.
+    #[error("execution {execution_id}: attempt {attempt} is stale (now at attempt {current_attempt}, {status:?})")]
+    StaleAttempt {
+        /// The execution.
+        execution_id: String,
+        /// The attempt the step named.
+        attempt: u32,
+        /// The execution's current attempt.
+        current_attempt: u32,
+        /// Its current status.
+        status: ExecutionStatus,
+    },
+    /// The execution's operation was cancelled: nothing starts in it.
+    #[error("execution {execution_id}: its operation was cancelled")]
+    OperationCancelled {
+        /// The execution.
+        execution_id: String,
+    },
     /// The ledger is suspended (`suspend()`); call `resume()` first.
     #[error("the ledger is suspended; call resume() first")]
     Suspended,
@@ -138,6 +166,8 @@ impl From<store::Error> for LedgerError {
             }
             S::ReadOnly => StorageKind::ReadOnly,
             S::CannotOpen => StorageKind::CannotOpen,
+            S::DatabaseReplaced => StorageKind::DatabaseReplaced,
+            S::ForeignConnection => StorageKind::ForeignConnection,
             S::InvalidData(_) | S::Guard(_) | S::Sqlite(_) => StorageKind::Other,
         };
         LedgerError::Storage {
@@ -175,6 +205,20 @@ impl From<ledger::Error> for LedgerError {
                 given: given.to_string(),
             },
             L::AlreadyCommitted(id) => LedgerError::AlreadyCommitted {
+                execution_id: id.to_string(),
+            },
+            L::StaleAttempt {
+                execution_id,
+                attempt,
+                current_attempt,
+                status,
+            } => LedgerError::StaleAttempt {
+                execution_id: execution_id.to_string(),
+                attempt,
+                current_attempt,
+                status: status.into(),
+            },
+            L::OperationCancelled(id) => LedgerError::OperationCancelled {
                 execution_id: id.to_string(),
             },
             // A refusal of the caller's request that names no status the app

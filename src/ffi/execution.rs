@@ -130,7 +130,7 @@ pub struct Execution {
     pub tool_version: u32,
     /// Digest of the canonical arguments.
     pub args_digest: ArgsDigest,
-    /// The canonical arguments (RFC 8785 JSON).
+    /// The arguments as the model sent them.
     pub args_json: String,
     /// The idempotency key sent downstream on every attempt.
     pub downstream_key: DownstreamKey,
@@ -138,12 +138,13 @@ pub struct Execution {
     pub requires_approval: bool,
     /// Current status.
     pub status: ExecutionStatus,
-    /// How many attempts have started (0 before the first).
+    /// How many attempts have started (0 before the first): the current
+    /// attempt's number (name it when resolving an unknown outcome).
     pub attempt_count: u32,
-    /// The session that owns an `executing` row.
+    /// The session that started the current attempt.
     pub owner_session: Option<String>,
-    /// When that ownership lapses (ms since the Unix epoch).
-    pub lease_deadline_ms: Option<i64>,
+    /// True for an independent batch committed in part.
+    pub partial: bool,
     /// The downstream's own id for the effect (payment id, event id, job id).
     pub external_id: Option<String>,
     /// The stored result JSON, once committed.
@@ -178,7 +179,7 @@ impl From<model::ExecutionRecord> for Execution {
             status: r.status.into(),
             attempt_count: r.attempt_count,
             owner_session: r.owner_session.map(|s| s.as_str().to_owned()),
-            lease_deadline_ms: r.lease_deadline_ms,
+            partial: r.partial,
             external_id: r.external_id,
             result_json: r.result_json,
             last_reason: r.last_reason,

@@ -174,34 +174,94 @@ impl ToolExecutor {
     /// Call at app start and after resume: runs the ledger's `recover`, then
     /// reconciles unknown outcomes (lookup / same-key retry, or `Unknown`),
     /// runs approved calls, replays committed-but-undelivered results and
-    /// reports pending approvals.
+    /// reports pending approvals. An execution it cannot deal with (its tool
+    /// is not registered, …) is listed in `failed`; every other one is
+    /// recovered.
     ///
     /// # Errors
-    /// `Storage`; `UnknownTool` for an execution whose tool is not registered
-    /// (register every tool before calling this).
-    pub async fn recover(&self) -> Result<Vec<CallOutcome>> {
+    /// `Storage` for the scan itself.
+    pub async fn recover(&self) -> Result<Recovery> {
         let inner = self.inner.clone();
-        let outcomes = detached(async move { inner.recover().await }).await?;
-        Ok(outcomes.into_iter().map(Into::into).collect())
+        let recovery = detached(async move { inner.recover().await }).await?;
+        Ok(Recovery {
+            outcomes: recovery.outcomes.into_iter().map(Into::into).collect(),
+            failed: recovery
+                .failed
+                .into_iter()
+                .map(|f| RecoveryFailure {
+                    execution_id: f.execution_id,
+                    error: f.error.to_string(),
+                })
+                .collect(),
+        })
     }
 
-    /// Resolves an unknown outcome the app settled (e.g. the user checked
-    /// their bank): commit the found result, retry under the same key, or
-    /// record the failure.
+    /// Begins and runs a compensation (a refund for a payment) of the
+    /// committed execution `original`, under the compensating tool's own
+    /// descriptor: its own id, key and approval, linked to the original.
     ///
     /// # Errors
+    /// `UnknownTool`; `InvalidInput` when `original` never committed or the
+    /// call is malformed; `NotFound`; `Storage`.
+    pub async fn compensate(
+        &self,
+        original: ExecutionId,
+        operation_id: OperationId,
+        round: u32,
+        call: ToolCall,
+    ) -> Result<CallOutcome> {
+        let inner = self.inner.clone();
+        let call = call.into();
+        let outcome = detached(async move {
+            inner
+                .compensate(&original, &operation_id, round, call)
+                .await
+        })
+        .await?;
+        Ok(outcome.into())
+    }
+
+    /// Resolves the unknown outcome of attempt `attempt` (from the `Unknown`
+    /// outcome) that the app settled (e.g. the user checked their bank):
+    /// commit the found result, retry under the same key, or record the
+    /// failure.
+    ///
+    /// # Errors
+    /// `StaleAttempt` when another attempt has started since;
     /// `InvalidTransition` unless the outcome is unknown, `NotFound`.
     pub async fn resolve_unknown(
         &self,
         execution_id: ExecutionId,
+        attempt: u32,
         resolution: Resolution,
     ) -> Result<CallOutcome> {
         let inner = self.inner.clone();
         let resolution = resolution.into();
+        let attempt = crate::ledger::AttemptId::new(execution_id, attempt);
         let outcome =
-            detached(async move { inner.resolve_unknown(&execution_id, resolution).await }).await?;
+            detached(async move { inner.resolve_unknown(&attempt, resolution).await }).await?;
         Ok(outcome.into())
     }
+}
+
+/// What `recover` did.
+// No `Debug`: its outcomes hold result values, which are never logged.
+#[derive(Clone, PartialEq, Eq, uniffi::Record)]
+pub struct Recovery {
+    /// One outcome per execution that needed attention.
+    pub outcomes: Vec<CallOutcome>,
+    /// Executions it could not deal with, and why; every other one was
+    /// recovered.
+    pub failed: Vec<RecoveryFailure>,
+}
+
+/// One execution `recover` could not deal with.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct RecoveryFailure {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// Why (no argument or result values).
+    pub error: String,
 }
 
 /// Runs the protocol as its own task on the library's tokio runtime, so that

@@ -115,80 +115,88 @@ impl Ledger {
         Ok(self.inner.mark_executing(&execution_id)?.into())
     }
 
-    /// Makes the downstream's id for the effect durable as soon as it is known.
+    /// Makes the downstream's id for the effect durable as soon as it is
+    /// known. `ticket` names the attempt (the fencing token).
     ///
     /// # Errors
-    /// `AlreadyCommitted` when a different external id is stored; `NotFound`.
-    pub fn record_external_id(&self, execution_id: ExecutionId, external_id: String) -> Result<()> {
-        Ok(self.inner.record_external_id(&execution_id, &external_id)?)
+    /// `StaleAttempt` when another attempt superseded this one (the id is
+    /// kept as evidence); `AlreadyCommitted` when a different external id is
+    /// stored; `NotFound`.
+    pub fn record_external_id(&self, ticket: Ticket, external_id: String) -> Result<()> {
+        Ok(self
+            .inner
+            .record_external_id(&ticket.attempt_id(), &external_id)?)
     }
 
-    /// Extends this session's lease on an `executing` row during a long tool
-    /// run. Returns false if the row is no longer this session's.
+    /// True while `ticket`'s attempt is still the execution's current one,
+    /// running and owned by this session: a long tool may check before each
+    /// expensive step and stop when it is not.
     ///
     /// # Errors
     /// `Storage`.
-    pub fn renew_lease(&self, execution_id: ExecutionId) -> Result<bool> {
-        Ok(self.inner.renew_lease(&execution_id)?)
+    pub fn owns(&self, ticket: Ticket) -> Result<bool> {
+        Ok(self.inner.owns(&ticket.attempt_id())?)
     }
 
-    /// Commits the side effect's result: durable before it goes to the model.
-    /// Committing the identical result again is a no-op.
+    /// Commits the side effect's result of `ticket`'s attempt: durable before
+    /// it goes to the model. Committing the identical result again is a no-op.
     ///
     /// # Errors
-    /// `InvalidInput` for a result that is not JSON, `AlreadyCommitted`,
-    /// `InvalidTransition`, `NotFound`, `Storage`.
+    /// `StaleAttempt` when another attempt superseded this one (the result is
+    /// kept as evidence); `InvalidInput` for a result that is not JSON,
+    /// `AlreadyCommitted`, `InvalidTransition`, `NotFound`, `Storage`.
     pub fn commit(
         &self,
-        execution_id: ExecutionId,
+        ticket: Ticket,
         result_json: String,
         external_id: Option<String>,
     ) -> Result<StoredResult> {
         Ok(self
             .inner
-            .commit(&execution_id, &result_json, external_id.as_deref())?
+            .commit(&ticket.attempt_id(), &result_json, external_id.as_deref())?
             .into())
     }
 
-    /// Records that the attempt provably did not commit; `retryable` decides
-    /// whether the next `begin` runs it again under the same key.
+    /// Records that `ticket`'s attempt provably did not commit; `retryable`
+    /// decides whether the next `begin` runs it again under the same key.
     ///
     /// # Errors
-    /// `InvalidTransition` unless executing; `NotFound`.
-    pub fn fail_before_commit(
-        &self,
-        execution_id: ExecutionId,
-        reason: String,
-        retryable: bool,
-    ) -> Result<()> {
+    /// `StaleAttempt`; `InvalidTransition` unless executing; `NotFound`.
+    pub fn fail_before_commit(&self, ticket: Ticket, reason: String, retryable: bool) -> Result<()> {
         Ok(self
             .inner
-            .fail_before_commit(&execution_id, &reason, retryable)?)
+            .fail_before_commit(&ticket.attempt_id(), &reason, retryable)?)
     }
 
-    /// Records that the request may have reached the downstream (timeout,
-    /// dropped connection). Leaves only through reconciliation.
+    /// Records that `ticket`'s request may have reached the downstream
+    /// (timeout, dropped connection). Leaves only through reconciliation.
     ///
     /// # Errors
-    /// `InvalidTransition` unless executing; `NotFound`.
-    pub fn mark_outcome_unknown(&self, execution_id: ExecutionId, reason: String) -> Result<()> {
-        Ok(self.inner.mark_outcome_unknown(&execution_id, &reason)?)
+    /// `StaleAttempt`; `InvalidTransition` unless executing; `NotFound`.
+    pub fn mark_outcome_unknown(&self, ticket: Ticket, reason: String) -> Result<()> {
+        self.inner
+            .mark_outcome_unknown(&ticket.attempt_id(), &reason)?;
+        Ok(())
     }
 
-    /// Resolves an unknown outcome: commit what was found, retry under the
-    /// same key (run the returned ticket), or record the failure.
+    /// Resolves the unknown outcome of attempt `attempt` of the execution:
+    /// commit what was found, retry under the same key (run the returned
+    /// ticket), or record the failure. Any session may resolve.
     ///
     /// # Errors
+    /// `StaleAttempt` when another attempt has started since;
     /// `InvalidTransition` unless the outcome is unknown; `InvalidInput` for a
     /// found result that is not JSON.
     pub fn resolve_unknown(
         &self,
         execution_id: ExecutionId,
+        attempt: u32,
         resolution: Resolution,
     ) -> Result<Resolved> {
+        let attempt = core::AttemptId::new(execution_id, attempt);
         Ok(self
             .inner
-            .resolve_unknown(&execution_id, resolution.into())?
+            .resolve_unknown(&attempt, resolution.into())?
             .into())
     }
 

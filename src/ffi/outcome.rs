@@ -58,6 +58,9 @@ pub enum CallOutcome {
         external_id: Option<String>,
         /// True for a replay of a stored result.
         replayed: bool,
+        /// True for an independent batch that committed only some of its
+        /// items: `result_json` says which happened and which did not.
+        partial: bool,
     },
     /// The call waits for a human: show the preview, then `approve` this
     /// digest (which runs it).
@@ -79,13 +82,20 @@ pub enum CallOutcome {
         /// The downstream's job id.
         job_id: String,
     },
-    /// The effect may or may not have happened and nothing could tell: the
-    /// app resolves it (`resolve_unknown`), usually by asking the user.
+    /// The effect may or may not have happened and nothing could tell yet.
+    /// With `retry_after_ms`, ask again after that long (a request already
+    /// sent may still land until then; nothing is sent meanwhile). Without
+    /// it, the app resolves it (`resolve_unknown`, naming `attempt`),
+    /// usually by asking the user.
     Unknown {
         /// The execution.
         execution_id: ExecutionId,
+        /// The attempt whose outcome is unknown.
+        attempt: u32,
         /// Why it is unknown.
         reason: String,
+        /// When to ask again, in ms, if waiting can settle it.
+        retry_after_ms: Option<u64>,
     },
     /// Provably not committed.
     Failed {
@@ -105,10 +115,13 @@ pub enum CallOutcome {
         /// Digest of the offered arguments.
         new_digest: ArgsDigest,
     },
-    /// Another live session is running it.
+    /// Another live session is running it (or a suspended one, whose claim
+    /// lapses after `retry_after_ms`).
     InFlight {
         /// The execution.
         execution_id: ExecutionId,
+        /// When to ask again, in ms, if known.
+        retry_after_ms: Option<u64>,
     },
     /// A human rejected it.
     Rejected {
@@ -131,11 +144,13 @@ impl From<core::CallOutcome> for CallOutcome {
                 result_json,
                 external_id,
                 replayed,
+                partial,
             } => CallOutcome::Completed {
                 execution_id,
                 result_json,
                 external_id,
                 replayed,
+                partial,
             },
             C::NeedsApproval {
                 execution_id,
@@ -157,10 +172,14 @@ impl From<core::CallOutcome> for CallOutcome {
             },
             C::Unknown {
                 execution_id,
+                attempt,
                 reason,
+                retry_after,
             } => CallOutcome::Unknown {
                 execution_id,
+                attempt,
                 reason,
+                retry_after_ms: retry_after.map(super::records::millis),
             },
             C::Failed {
                 execution_id,
@@ -180,7 +199,13 @@ impl From<core::CallOutcome> for CallOutcome {
                 stored_digest,
                 new_digest,
             },
-            C::InFlight { execution_id } => CallOutcome::InFlight { execution_id },
+            C::InFlight {
+                execution_id,
+                retry_after,
+            } => CallOutcome::InFlight {
+                execution_id,
+                retry_after_ms: retry_after.map(super::records::millis),
+            },
             C::Rejected { execution_id } => CallOutcome::Rejected { execution_id },
             C::Cancelled { execution_id } => CallOutcome::Cancelled { execution_id },
         }

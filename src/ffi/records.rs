@@ -133,12 +133,18 @@ pub struct Ticket {
     pub tool_name: String,
     /// Tool version.
     pub tool_version: u32,
-    /// Canonical arguments (RFC 8785 JSON).
+    /// The arguments as the model sent them (checked JSON, not rewritten).
     pub args_json: String,
     /// Their digest.
     pub args_digest: ArgsDigest,
     /// An external id already known from an earlier attempt.
     pub external_id: Option<String>,
+}
+
+impl Ticket {
+    pub(crate) fn attempt_id(&self) -> ledger::AttemptId {
+        ledger::AttemptId::new(self.execution_id.clone(), self.attempt)
+    }
 }
 
 impl From<ledger::Ticket> for Ticket {
@@ -166,6 +172,9 @@ pub struct StoredResult {
     pub result_json: String,
     /// The downstream's id for the effect, if any.
     pub external_id: Option<String>,
+    /// True for an independent batch that committed only some items (the
+    /// result says which happened and which did not).
+    pub partial: bool,
 }
 
 impl From<ledger::StoredResult> for StoredResult {
@@ -174,6 +183,7 @@ impl From<ledger::StoredResult> for StoredResult {
             execution_id: r.execution_id,
             result_json: r.result_json,
             external_id: r.external_id,
+            partial: r.partial,
         }
     }
 }
@@ -186,7 +196,8 @@ pub struct ApprovalRequest {
     pub execution_id: ExecutionId,
     /// Tool name.
     pub tool_name: String,
-    /// Canonical arguments, for the app's preview (never log them).
+    /// The arguments as the model sent them, for the app's preview (never
+    /// log them).
     pub args_json: String,
     /// The digest an approval must name.
     pub args_digest: ArgsDigest,
@@ -231,10 +242,13 @@ pub enum Begin {
         /// Digest of the arguments just offered.
         new_digest: ArgsDigest,
     },
-    /// A live session is running it right now.
+    /// A live session is running it right now (or a suspended one, whose
+    /// claim lapses after `retry_after_ms`).
     InFlight {
         /// The execution.
         execution_id: ExecutionId,
+        /// When to ask again, in ms, if known.
+        retry_after_ms: Option<u64>,
     },
     /// The outcome is unknown: reconcile (look the effect up) first.
     Reconcile {
@@ -282,7 +296,13 @@ impl From<ledger::Begin> for Begin {
                 stored_digest,
                 new_digest,
             },
-            B::InFlight { execution_id } => Begin::InFlight { execution_id },
+            B::InFlight {
+                execution_id,
+                retry_after,
+            } => Begin::InFlight {
+                execution_id,
+                retry_after_ms: retry_after.map(millis),
+            },
             B::Reconcile(ticket) => Begin::Reconcile {
                 ticket: ticket.into(),
             },
@@ -353,6 +373,15 @@ pub enum Resolved {
     },
     /// Recorded as failed before commit.
     Failed,
+    /// Not found, in a cancelled operation: recorded as cancelled; nothing
+    /// is sent again.
+    Cancelled,
+    /// Not found, and items of the batch committed: recorded as the partial
+    /// commit it is.
+    Partial {
+        /// The stored (partial) result.
+        result: StoredResult,
+    },
 }
 
 impl From<ledger::Resolved> for Resolved {
@@ -361,8 +390,15 @@ impl From<ledger::Resolved> for Resolved {
             ledger::Resolved::Committed(s) => Resolved::Committed { result: s.into() },
             ledger::Resolved::Retry(t) => Resolved::Retry { ticket: t.into() },
             ledger::Resolved::Failed => Resolved::Failed,
+            ledger::Resolved::Cancelled => Resolved::Cancelled,
+            ledger::Resolved::Partial(s) => Resolved::Partial { result: s.into() },
         }
     }
+}
+
+/// A duration in whole milliseconds (saturating).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The largest busy timeout SQLite accepts, in milliseconds (`i32::MAX`).
@@ -371,8 +407,10 @@ const MAX_BUSY_TIMEOUT_MS: u64 = 2_147_483_647;
 /// How a ledger behaves. Every field has a default.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
 pub struct LedgerConfig {
-    /// How long an `executing` row stays owned without renewal, in ms. After
-    /// that, `begin` or `recover` treats its outcome as unknown.
+    /// How long a suspended session stays the owner of the calls it was
+    /// running, in ms (boot clock, from `suspend()`); after that, other
+    /// sessions reconcile them. A running session owns its calls for as long
+    /// as it lives.
     #[uniffi(default = 60000)]
     pub lease_ms: u64,
     /// How long a write waits for another process's lock, in ms (at most

@@ -55,6 +55,13 @@ pub struct ToolDescriptor {
     /// A human must approve the exact arguments first.
     #[uniffi(default = false)]
     pub requires_approval: bool,
+    /// How long after an attempt's outcome became unknown a request it sent
+    /// may still take effect downstream, in ms (the downstream's own deadline
+    /// for a late request). Until then a lookup's "not found" does not prove
+    /// the effect absent: nothing is sent again (except under the same key to
+    /// a downstream that dedupes by key).
+    #[uniffi(default = 120000)]
+    pub landing_window_ms: u64,
 }
 
 impl From<ToolDescriptor> for core::ToolDescriptor {
@@ -73,6 +80,7 @@ impl From<ToolDescriptor> for core::ToolDescriptor {
                 BatchMode::Atomic => core::BatchMode::Atomic,
                 BatchMode::Independent => core::BatchMode::Independent,
             },
+            landing_window: std::time::Duration::from_millis(d.landing_window_ms),
         }
     }
 }
@@ -87,7 +95,8 @@ pub struct ToolRequest {
     pub downstream_key: DownstreamKey,
     /// Tool name.
     pub tool_name: String,
-    /// Canonical arguments (for a batch item: the item's JSON).
+    /// The arguments as the model sent them (for a batch item: the item's
+    /// JSON, as sent).
     pub arguments_json: String,
     /// Attempt number, from 1.
     pub attempt: u32,
@@ -307,5 +316,17 @@ impl core::ToolHandler for ForeignTool {
             .approval_preview(arguments_json.to_owned())
             .ok()
             .flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn descriptor_defaults_match_the_core() {
+        // The `#[uniffi(default = …)]` literal above must track the core.
+        assert_eq!(
+            crate::executor::DEFAULT_LANDING_WINDOW,
+            std::time::Duration::from_millis(120000)
+        );
     }
 }

@@ -1,6 +1,33 @@
 //! What the ledger answers: the outcome of `begin` and of the steps after it.
 
-use crate::model::{ArgsDigest, DownstreamKey, ExecutionId, ExecutionRecord, ToolCall};
+use std::time::Duration;
+
+use crate::model::{ArgsDigest, DownstreamKey, ExecutionId, ExecutionRecord, Monotonic, ToolCall};
+
+/// Names one attempt of one execution: the fencing token that every step of
+/// that attempt carries (`commit`, `fail_before_commit`,
+/// `mark_outcome_unknown`, `record_external_id`, batch items, jobs,
+/// `resolve_unknown`). The store applies a step only while the execution is
+/// still at this attempt (and, for the steps of a running attempt, owned by
+/// the session that asks); a stale attempt gets [`super::Error::StaleAttempt`]
+/// and what it learnt is kept as evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AttemptId {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The attempt's number, from 1.
+    pub attempt: u32,
+}
+
+impl AttemptId {
+    /// Attempt `attempt` of `execution_id`.
+    pub fn new(execution_id: ExecutionId, attempt: u32) -> AttemptId {
+        AttemptId {
+            execution_id,
+            attempt,
+        }
+    }
+}
 
 /// One call to begin: the neutral call plus what the app's tool registry
 /// knows about the tool.
@@ -51,6 +78,10 @@ pub struct Ticket {
     pub args_digest: ArgsDigest,
     /// An external id already known from an earlier attempt.
     pub external_id: Option<String>,
+    /// For a `Reconcile` ticket: when (boot clock) the outcome became
+    /// unknown; a lookup's "not found" counts once the tool's landing window
+    /// has passed since then.
+    pub unknown_since: Option<Monotonic>,
 }
 
 impl std::fmt::Debug for Ticket {
@@ -63,6 +94,11 @@ impl std::fmt::Debug for Ticket {
 }
 
 impl Ticket {
+    /// The fencing token of this ticket's attempt.
+    pub fn attempt_id(&self) -> AttemptId {
+        AttemptId::new(self.execution_id.clone(), self.attempt)
+    }
+
     pub(crate) fn from_record(rec: &ExecutionRecord) -> Ticket {
         Ticket {
             execution_id: rec.execution_id.clone(),
@@ -73,6 +109,7 @@ impl Ticket {
             args_json: rec.args_json.clone(),
             args_digest: rec.args_digest.clone(),
             external_id: rec.external_id.clone(),
+            unknown_since: rec.unknown_since.clone(),
         }
     }
 }
@@ -86,12 +123,27 @@ pub struct StoredResult {
     pub result_json: String,
     /// The downstream's id for the effect, if any.
     pub external_id: Option<String>,
+    /// True for an independent batch that committed in part (the result
+    /// says which items happened and which did not).
+    pub partial: bool,
+}
+
+impl StoredResult {
+    pub(crate) fn of(rec: &ExecutionRecord) -> StoredResult {
+        StoredResult {
+            execution_id: rec.execution_id.clone(),
+            result_json: rec.result_json.clone().unwrap_or_default(),
+            external_id: rec.external_id.clone(),
+            partial: rec.partial,
+        }
+    }
 }
 
 impl std::fmt::Debug for StoredResult {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoredResult")
             .field("execution_id", &self.execution_id)
+            .field("partial", &self.partial)
             .finish_non_exhaustive()
     }
 }
@@ -138,10 +190,13 @@ pub enum Begin {
         /// Digest of the arguments just offered.
         new_digest: ArgsDigest,
     },
-    /// A live session is running it right now.
+    /// A live session is running it right now (or a suspended one, whose
+    /// claim lapses in `retry_after`).
     InFlight {
         /// The execution.
         execution_id: ExecutionId,
+        /// When to ask again, if known (a suspended owner's remaining lease).
+        retry_after: Option<Duration>,
     },
     /// The outcome is unknown: reconcile (lookup) before anything else.
     Reconcile(Ticket),
@@ -172,7 +227,7 @@ impl Begin {
             Begin::NeedsApproval(a) => &a.execution_id,
             Begin::Replay(r) => &r.execution_id,
             Begin::Conflict { execution_id, .. }
-            | Begin::InFlight { execution_id }
+            | Begin::InFlight { execution_id, .. }
             | Begin::Failed { execution_id, .. }
             | Begin::Rejected { execution_id }
             | Begin::Cancelled { execution_id } => execution_id,
@@ -219,6 +274,12 @@ pub enum Resolved {
     Retry(Ticket),
     /// Recorded as failed before commit.
     Failed,
+    /// Not found, and its operation was cancelled: nothing is sent again;
+    /// it is recorded as cancelled before commit.
+    Cancelled,
+    /// Not found, and items of the batch committed: recorded as the partial
+    /// commit it is.
+    Partial(StoredResult),
 }
 
 /// What `cancel` did.
@@ -226,7 +287,9 @@ pub enum Resolved {
 pub enum CancelOutcome {
     /// Cancelled; it never ran (or provably never committed).
     Cancelled,
-    /// Too late: it committed. The effect stands; compensate to undo it.
+    /// Too late: it committed (in part, for a batch whose items committed:
+    /// that partial commit is recorded now). The effect stands; compensate
+    /// to undo it.
     AlreadyCommitted,
     /// It may be running or its outcome is unknown: nothing was changed.
     NotCancellable,

@@ -3,22 +3,55 @@
 //! The lookup of the execution id and the insert of a new record happen in
 //! the same IMMEDIATE transaction, so two threads or processes beginning the
 //! same call get exactly one `Execute`; the other sees the first one's
-//! `executing` row and answers `InFlight`.
+//! `executing` row and answers `InFlight`. What a stored record means is the
+//! one table in `decide`; [`Ledger::continue_execution`] applies the same
+//! table to a stored execution without a new request (recovery).
 
-use super::answers::{ApprovalRequest, Begin, CallSpec, StoredResult, Ticket};
+use std::time::Duration;
+
+use super::answers::{ApprovalRequest, AttemptId, Begin, CallSpec, StoredResult, Ticket};
+use super::decide::{decide, Decision, Facts};
+use super::owners::Liveness;
 use super::retention;
 use super::{Error, Ledger, Result, SWEEP_EVERY};
 use crate::model::{
-    check_transition, digest_arguments, CanonicalArgs, ExecutionId, ExecutionIdParts,
-    ExecutionRecord, ExecutionStatus, OperationId, OperationStatus, Transition,
+    digest_with, ArgsDigest, CanonicalArgs, DigestScheme, ExecutionId, ExecutionIdParts,
+    ExecutionRecord, ExecutionStatus, Monotonic, Move, OperationId, OperationStatus, Transition,
 };
-use crate::store::{Dao, Durability, NewExecution, StatusFields};
+use crate::store::{Dao, Durability, Fence, NewExecution, StatusFields};
 
 /// A call checked and digested before any write.
-struct Prepared<'a> {
+pub(super) struct Prepared<'a> {
     spec: &'a CallSpec,
     id: ExecutionId,
     args: CanonicalArgs,
+}
+
+impl Prepared<'_> {
+    /// The call's digest under `scheme` (a record stored by schema version 3
+    /// is compared under the scheme it was digested with).
+    fn digest_for(&self, scheme: DigestScheme, ledger: &Ledger) -> Result<ArgsDigest> {
+        Ok(match scheme {
+            DigestScheme::Exact => self.args.digest.clone(),
+            DigestScheme::NearestDouble => {
+                digest_with(
+                    scheme,
+                    &self.spec.call.tool_name,
+                    self.spec.tool_version,
+                    &self.spec.call.arguments,
+                    &ledger.config.json_limits,
+                )?
+                .digest
+            }
+        })
+    }
+}
+
+fn is_cancelled(op: OperationStatus) -> bool {
+    matches!(
+        op,
+        OperationStatus::Cancelled | OperationStatus::CancelledAfterSideEffect
+    )
 }
 
 impl Ledger {
@@ -81,12 +114,11 @@ impl Ledger {
             let mut answers = Vec::with_capacity(calls.len());
             for p in calls {
                 match dao.execution(&p.id)? {
-                    Some(rec) if rec.status.is_committed() && rec.args_digest == p.args.digest => {
-                        answers.push(Begin::Replay(StoredResult {
-                            execution_id: rec.execution_id,
-                            result_json: rec.result_json.unwrap_or_default(),
-                            external_id: rec.external_id,
-                        }));
+                    Some(rec)
+                        if rec.status.is_committed()
+                            && rec.args_digest == p.digest_for(rec.digest_scheme, self)? =>
+                    {
+                        answers.push(Begin::Replay(StoredResult::of(&rec)));
                     }
                     _ => return Ok(None),
                 }
@@ -97,7 +129,9 @@ impl Ledger {
 
     /// Begins a compensation of the committed execution `original`: a new
     /// execution with its own id (`<own>:compensates:<original>`), its own
-    /// approval and downstream key, linked to the original.
+    /// approval and downstream key, linked to the original. Whether it needs
+    /// approval is `spec.requires_approval` (the executor's
+    /// `Executor::compensate` takes it from the compensating tool).
     ///
     /// # Errors
     /// [`Error::NotFound`], [`Error::NothingToCompensate`] when `original`
@@ -116,14 +150,37 @@ impl Ledger {
             return Err(Error::NothingToCompensate(original.clone()));
         }
         let mut prepared = self.prepare(op, round, spec)?;
-        prepared.id = ExecutionId::compensation(&prepared.id, original);
+        prepared.id = ExecutionId::compensation(&prepared.id, original)?;
         let (mut answers, _) = self.write_begins(op, round, &[prepared], Some(original))?;
         answers
             .pop()
             .ok_or_else(|| Error::Internal("compensate produced no answer"))
     }
 
-    fn prepare<'a>(
+    /// What a stored execution means now, by the same table as `begin` (the
+    /// request is the stored call itself): replay, run it (a durable new
+    /// attempt), reconcile (a dead owner's attempt becomes unknown), wait, or
+    /// refuse. Used to recover and to run an approved or retryable execution.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], storage errors.
+    pub fn continue_execution(&self, id: &ExecutionId) -> Result<Begin> {
+        let now = self.now();
+        let mono = self.clock.monotonic();
+        self.write(Durability::Full, |dao| {
+            let rec = dao
+                .execution(id)?
+                .ok_or_else(|| Error::NotFound(id.clone()))?;
+            let op_cancelled = dao
+                .operation_status(&rec.operation_id)?
+                .is_some_and(is_cancelled);
+            let new_digest = rec.args_digest.clone();
+            self.answer_existing(dao, rec, &new_digest, op_cancelled, now, &mono)
+                .map(|(answer, _)| answer)
+        })
+    }
+
+    pub(super) fn prepare<'a>(
         &self,
         op: &OperationId,
         round: u32,
@@ -136,7 +193,7 @@ impl Ledger {
             tool_name: &spec.call.tool_name,
             tool_version: spec.tool_version,
         })?;
-        let args = digest_arguments(
+        let args = crate::model::digest_arguments(
             &spec.call.tool_name,
             spec.tool_version,
             &spec.call.arguments,
@@ -153,6 +210,7 @@ impl Ledger {
         compensates: Option<&ExecutionId>,
     ) -> Result<(Vec<Begin>, Vec<ExecutionId>)> {
         let now = self.now();
+        let mono = self.clock.monotonic();
         let sweep = self.sweep_due(calls.len());
         self.write(Durability::Full, |dao| {
             if sweep {
@@ -165,27 +223,29 @@ impl Ledger {
                 .iter()
                 .map(|p| match dao.execution(&p.id)? {
                     Some(rec) => {
-                        let was_executing = rec.status == ExecutionStatus::Executing;
-                        let answer = self.answer_existing(dao, rec, p, op_status, now)?;
-                        // Executing, answered Reconcile: its owner was dead and
-                        // it was just marked unknown (a live owner is InFlight).
-                        if was_executing && matches!(answer, Begin::Reconcile(_)) {
+                        let digest = p.digest_for(rec.digest_scheme, self)?;
+                        let (answer, abandoned) = self.answer_existing(
+                            dao,
+                            rec,
+                            &digest,
+                            is_cancelled(op_status),
+                            now,
+                            &mono,
+                        )?;
+                        if abandoned {
                             marked.push(p.id.clone());
                         }
                         Ok(answer)
                     }
                     None => match dao.tombstone(&p.id)? {
                         // Pruned long ago: refused or reported, never run again.
-                        Some(tomb) => Ok(retention::answer_for_tombstone(tomb, &p.args.digest)),
-                        None if matches!(
-                            op_status,
-                            OperationStatus::Cancelled | OperationStatus::CancelledAfterSideEffect
-                        ) =>
-                        {
-                            Ok(Begin::Cancelled {
-                                execution_id: p.id.clone(),
-                            })
+                        Some(tomb) => {
+                            let digest = p.digest_for(tomb.digest_scheme, self)?;
+                            Ok(retention::answer_for_tombstone(tomb, &digest))
                         }
+                        None if is_cancelled(op_status) => Ok(Begin::Cancelled {
+                            execution_id: p.id.clone(),
+                        }),
                         None => self.insert_new(dao, op, round, p, compensates, now),
                     },
                 })
@@ -205,7 +265,9 @@ impl Ledger {
     ) -> Result<Begin> {
         let key = p.id.downstream_key();
         let executing = !p.spec.requires_approval;
-        let lease = self.lease_deadline(now);
+        // The tool gets the arguments as the model sent them (checked, not
+        // rewritten); the digest is over their canonical form.
+        let args_json = &p.spec.call.arguments;
         dao.insert_execution(
             &NewExecution {
                 execution_id: &p.id,
@@ -217,7 +279,7 @@ impl Ledger {
                 tool_name: &p.spec.call.tool_name,
                 tool_version: p.spec.tool_version,
                 args_digest: &p.args.digest,
-                args_json: &p.args.json,
+                args_json,
                 downstream_key: &key,
                 requires_approval: p.spec.requires_approval,
                 status: if executing {
@@ -227,7 +289,6 @@ impl Ledger {
                 },
                 attempt_count: u32::from(executing),
                 owner_session: executing.then_some(self.session_id()),
-                lease_deadline_ms: executing.then_some(lease),
                 compensates,
                 now_ms: now,
             },
@@ -240,107 +301,123 @@ impl Ledger {
                 attempt: 1,
                 tool_name: p.spec.call.tool_name.clone(),
                 tool_version: p.spec.tool_version,
-                args_json: p.args.json.clone(),
+                args_json: args_json.clone(),
                 args_digest: p.args.digest.clone(),
                 external_id: None,
+                unknown_since: None,
             }))
         } else {
             Ok(Begin::NeedsApproval(ApprovalRequest {
                 execution_id: p.id.clone(),
                 tool_name: p.spec.call.tool_name.clone(),
-                args_json: p.args.json.clone(),
+                args_json: args_json.clone(),
                 args_digest: p.args.digest.clone(),
             }))
         }
     }
 
-    /// The DESIGN.md table: what a stored record means for a repeated call.
+    /// What a stored record means for a request with `new_digest` (the
+    /// `decide` table), applied inside the open transaction. Also says
+    /// whether a dead owner's attempt was just turned into an unknown outcome.
     fn answer_existing(
         &self,
         dao: &Dao<'_>,
-        rec: ExecutionRecord,
-        p: &Prepared<'_>,
-        op_status: OperationStatus,
+        mut rec: ExecutionRecord,
+        new_digest: &ArgsDigest,
+        op_cancelled: bool,
         now: i64,
-    ) -> Result<Begin> {
+        mono: &Monotonic,
+    ) -> Result<(Begin, bool)> {
+        let facts = Facts {
+            status: rec.status,
+            retryable: rec.retryable,
+            requires_approval: rec.requires_approval,
+            same_digest: &rec.args_digest == new_digest,
+            op_cancelled,
+            has_items: rec.status == ExecutionStatus::FailedBeforeCommit
+                && dao.has_batch_items(&rec.execution_id)?,
+        };
+        let mut probe_error = None;
+        let decision = decide(&facts, || {
+            match self.liveness_of(dao, rec.owner_session.as_ref(), mono) {
+                Ok(liveness) => liveness,
+                Err(e) => {
+                    // A probe that fails counts as alive; a storage error is
+                    // reported below.
+                    probe_error = Some(e);
+                    Liveness::Alive
+                }
+            }
+        });
+        if let Some(e) = probe_error {
+            return Err(e.into());
+        }
         let id = rec.execution_id.clone();
-        if rec.args_digest != p.args.digest {
-            return Ok(Begin::Conflict {
+        let answer = match decision {
+            Decision::Conflict => Begin::Conflict {
                 execution_id: id,
                 stored_digest: rec.args_digest,
-                new_digest: p.args.digest.clone(),
-            });
-        }
-        use ExecutionStatus as S;
-        let op_cancelled = matches!(
-            op_status,
-            OperationStatus::Cancelled | OperationStatus::CancelledAfterSideEffect
-        );
-        // In a cancelled operation nothing starts again: work that cannot
-        // have run (or provably failed) is cancelled instead.
-        if op_cancelled
-            && matches!(
-                rec.status,
-                S::Prepared | S::Approved | S::FailedBeforeCommit
-            )
-        {
-            self.step(
-                dao,
-                &rec,
-                Transition::Cancel,
-                StatusFields {
-                    reason: Some("operation cancelled"),
-                    ..StatusFields::default()
-                },
-                now,
-            )?;
-            return Ok(Begin::Cancelled { execution_id: id });
-        }
-        Ok(match rec.status {
-            S::Committed | S::ResultDelivered => Begin::Replay(StoredResult {
+                new_digest: new_digest.clone(),
+            },
+            Decision::Replay => Begin::Replay(StoredResult::of(&rec)),
+            Decision::InFlight { retry_after_ms } => Begin::InFlight {
                 execution_id: id,
-                result_json: rec.result_json.unwrap_or_default(),
-                external_id: rec.external_id,
-            }),
-            S::Executing if self.owner_is_live(&rec, now) => Begin::InFlight { execution_id: id },
-            S::Executing => {
-                let reason = self.abandon_reason(&rec, now);
-                self.step(
-                    dao,
-                    &rec,
-                    Transition::MarkUnknown,
-                    StatusFields {
-                        reason: Some(reason),
-                        ..StatusFields::default()
-                    },
-                    now,
-                )?;
+                retry_after: retry_after_ms
+                    .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            },
+            Decision::Abandon { reason } => {
+                if !self.abandon_attempt(dao, &mut rec, reason, mono, now)? {
+                    return Err(Error::Internal("an executing row moved inside its transaction"));
+                }
+                return Ok((Begin::Reconcile(Ticket::from_record(&rec)), true));
+            }
+            Decision::Reconcile => {
+                if rec.unknown_since.is_none() {
+                    // A record of schema version 3: its window starts now.
+                    dao.stamp_unknown(&id, mono)?;
+                    rec.unknown_since = Some(mono.clone());
+                }
                 Begin::Reconcile(Ticket::from_record(&rec))
             }
-            S::OutcomeUnknown => Begin::Reconcile(Ticket::from_record(&rec)),
-            S::Prepared if rec.requires_approval => Begin::NeedsApproval(ApprovalRequest {
+            Decision::NeedsApproval => Begin::NeedsApproval(ApprovalRequest {
                 execution_id: id,
                 tool_name: rec.tool_name,
                 args_json: rec.args_json,
                 args_digest: rec.args_digest,
             }),
-            S::Prepared | S::Approved => {
-                Begin::Execute(self.start_attempt(dao, &rec, Transition::Start, now)?)
-            }
-            S::FailedBeforeCommit if rec.retryable == Some(true) => {
-                Begin::Execute(self.start_attempt(dao, &rec, Transition::Retry, now)?)
-            }
-            S::FailedBeforeCommit => Begin::Failed {
+            Decision::Start => Begin::Execute(self.start_attempt(dao, &rec, Transition::Start, now)?),
+            Decision::Retry => Begin::Execute(self.start_attempt(dao, &rec, Transition::Retry, now)?),
+            Decision::Failed => Begin::Failed {
                 execution_id: id,
                 reason: rec.last_reason.unwrap_or_default(),
             },
-            S::Rejected => Begin::Rejected { execution_id: id },
-            S::CancelledBeforeCommit => Begin::Cancelled { execution_id: id },
-        })
+            Decision::Rejected => Begin::Rejected { execution_id: id },
+            Decision::Cancelled => Begin::Cancelled { execution_id: id },
+            Decision::CancelNow => {
+                self.step(
+                    dao,
+                    &rec,
+                    Transition::Cancel,
+                    None,
+                    StatusFields {
+                        reason: Some("operation cancelled"),
+                        ..StatusFields::default()
+                    },
+                    now,
+                )?;
+                Begin::Cancelled { execution_id: id }
+            }
+            Decision::SettlePartial => {
+                let reason = rec.last_reason.clone();
+                Begin::Replay(self.settle_partial(dao, &rec, None, reason.as_deref(), now)?)
+            }
+        };
+        Ok((answer, false))
     }
 
     /// Moves `rec` into `executing` for its next attempt, owned by this
-    /// session, and returns the ticket.
+    /// session, and returns the ticket. The one place an attempt starts: it
+    /// refuses to start one in a cancelled operation.
     pub(super) fn start_attempt(
         &self,
         dao: &Dao<'_>,
@@ -348,33 +425,44 @@ impl Ledger {
         transition: Transition,
         now: i64,
     ) -> Result<Ticket> {
+        if dao
+            .operation_status(&rec.operation_id)?
+            .is_some_and(is_cancelled)
+        {
+            return Err(Error::OperationCancelled(rec.execution_id.clone()));
+        }
         let attempt = rec.attempt_count.saturating_add(1);
         self.step(
             dao,
             rec,
             transition,
+            None,
             StatusFields {
                 attempt: Some(attempt),
-                lease_deadline_ms: Some(self.lease_deadline(now)),
                 ..StatusFields::default()
             },
             now,
         )?;
         let mut ticket = Ticket::from_record(rec);
         ticket.attempt = attempt;
+        ticket.unknown_since = None;
         Ok(ticket)
     }
 
-    /// Applies one checked transition to `rec` inside the open transaction.
+    /// Applies one checked transition to `rec` inside the open transaction,
+    /// fenced by `attempt` when given (the store refuses the move unless the
+    /// row is still at that attempt and, for a running attempt's own steps,
+    /// owned by this session).
     pub(super) fn step(
         &self,
         dao: &Dao<'_>,
         rec: &ExecutionRecord,
         transition: Transition,
+        attempt: Option<(&AttemptId, bool)>,
         fields: StatusFields<'_>,
         now: i64,
     ) -> Result<ExecutionStatus> {
-        let to = check_transition(rec.status, transition)
+        let mv = Move::check(rec.status, transition)
             .map_err(|e| Error::transition(&rec.execution_id, e))?;
         // `rec` was read in this same transaction: passing its attempt number
         // spares the store a read-back for the log entry (the column is set to
@@ -383,11 +471,14 @@ impl Ledger {
             attempt: fields.attempt.or(Some(rec.attempt_count)),
             ..fields
         };
+        let fence = attempt.map(|(a, own)| Fence {
+            attempt: a.attempt,
+            session: own.then_some(self.session_id()),
+        });
         let moved = dao.move_status(
             &rec.execution_id,
-            rec.status,
-            transition,
-            to,
+            mv,
+            fence,
             &fields,
             self.session_id(),
             now,
@@ -399,6 +490,6 @@ impl Ledger {
                 transition,
             });
         }
-        Ok(to)
+        Ok(mv.to())
     }
 }

@@ -47,6 +47,24 @@ pub enum Error {
     /// already committed; the stored one stands.
     #[error("execution {0} already committed with a different result")]
     AlreadyCommitted(ExecutionId),
+    /// A step named an attempt that is no longer the execution's current one
+    /// (another attempt started after it, or it belongs to another session).
+    /// Nothing of the execution changed; what the step carried (a result, an
+    /// external id, a reason) is kept as evidence.
+    #[error("execution {execution_id}: attempt {attempt} is stale (the execution is at attempt {current_attempt}, {status})")]
+    StaleAttempt {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// The attempt the step named.
+        attempt: u32,
+        /// The execution's current attempt.
+        current_attempt: u32,
+        /// The execution's current status.
+        status: ExecutionStatus,
+    },
+    /// The execution's operation was cancelled: no attempt starts in it.
+    #[error("execution {0}: its operation was cancelled; nothing starts in it")]
+    OperationCancelled(ExecutionId),
     /// A compensation was asked for an execution that never committed.
     #[error("execution {0} has not committed: there is nothing to compensate")]
     NothingToCompensate(ExecutionId),

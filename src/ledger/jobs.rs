@@ -7,11 +7,12 @@
 //! updates (from polling or a webhook) reconcile into the same execution, and
 //! every webhook `(source, event id)` is processed at most once.
 
-use super::answers::StoredResult;
+use super::answers::{AttemptId, StoredResult};
+use super::steps::{load, Carried, Fenced};
 use super::{Error, Ledger, Result};
-use crate::model::canonical::canonicalize;
-use crate::model::{DownstreamKey, ExecutionId, ExecutionStatus, Transition};
-use crate::store::{Durability, StatusFields};
+use crate::model::canonical::{canonicalize, object_array_member, write_json_string};
+use crate::model::{DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus, Transition};
+use crate::store::{Dao, Durability, EvidenceKind, StatusFields};
 
 /// A state change of a background job, from polling or a webhook.
 #[derive(Clone, PartialEq, Eq)]
@@ -63,22 +64,33 @@ impl Ledger {
     /// downstream. Recording the same item twice keeps the first record.
     ///
     /// # Errors
+    /// [`Error::StaleAttempt`] (the item is kept as evidence);
     /// [`Error::NotFound`], [`Error::Json`] for a result that is not JSON,
     /// [`Error::InvalidTransition`] unless the execution is `executing` or
     /// `outcome_unknown`.
     pub fn record_batch_item(
         &self,
-        id: &ExecutionId,
+        attempt: &AttemptId,
         index: u32,
         result_json: &str,
         external_id: Option<&str>,
     ) -> Result<bool> {
         canonicalize(result_json, &self.config.json_limits)?;
         let now = self.now();
-        self.write(Durability::Full, |dao| {
-            let rec = dao
-                .execution(id)?
-                .ok_or_else(|| Error::NotFound(id.clone()))?;
+        let id = &attempt.execution_id;
+        self.write_fenced(|dao| {
+            let rec = load(dao, id)?;
+            let carried = Carried {
+                result_json: Some(result_json),
+                external_id,
+                item_index: Some(index),
+                ..Carried::default()
+            };
+            if let Some(stale) =
+                self.check_fence(dao, &rec, attempt, true, EvidenceKind::BatchItem, &carried, now)?
+            {
+                return Ok(Fenced::Refused(stale));
+            }
             if !matches!(
                 rec.status,
                 ExecutionStatus::Executing | ExecutionStatus::OutcomeUnknown
@@ -90,8 +102,98 @@ impl Ledger {
                 });
             }
             let key = id.batch_item(index).downstream_key();
-            Ok(dao.insert_batch_item(id, index, &key, result_json, external_id, now)?)
+            Ok(Fenced::Done(dao.insert_batch_item(
+                id,
+                index,
+                &key,
+                result_json,
+                external_id,
+                now,
+            )?))
         })
+    }
+
+    /// Commits attempt `attempt` of an independent batch with the results of
+    /// its committed items. With `failure` (an item failed for good, or the
+    /// operation was cancelled before the next item), the commit is partial:
+    /// the result says which items happened and which did not, and why.
+    ///
+    /// # Errors
+    /// [`Error::StaleAttempt`], [`Error::NotFound`], storage errors.
+    pub fn commit_batch(
+        &self,
+        attempt: &AttemptId,
+        failure: Option<&str>,
+    ) -> Result<StoredResult> {
+        let now = self.now();
+        let id = &attempt.execution_id;
+        self.write_fenced(|dao| {
+            let rec = load(dao, id)?;
+            if let Some(stale) = self.check_fence(
+                dao,
+                &rec,
+                attempt,
+                true,
+                EvidenceKind::Commit,
+                &Carried {
+                    reason: failure,
+                    ..Carried::default()
+                },
+                now,
+            )? {
+                return Ok(Fenced::Refused(stale));
+            }
+            Ok(Fenced::Done(self.settle_partial(
+                dao,
+                &rec,
+                Some(attempt),
+                failure,
+                now,
+            )?))
+        })
+    }
+
+    /// Commits a batch execution from its recorded items: `{"items": [...]}`
+    /// when every item committed; otherwise a partial commit whose result
+    /// also holds `"partial": {"committed": [...], "not_committed": [...],
+    /// "reason": ...}` (uncommitted items are `null` in `items`). A result
+    /// over the JSON limits keeps the partial summary and drops the item
+    /// results (they stay in the batch item records), so it never fails to
+    /// commit.
+    pub(super) fn settle_partial(
+        &self,
+        dao: &Dao<'_>,
+        rec: &ExecutionRecord,
+        fence: Option<&AttemptId>,
+        reason: Option<&str>,
+        now: i64,
+    ) -> Result<StoredResult> {
+        let items = dao.batch_items(&rec.execution_id)?;
+        let declared = object_array_member(&rec.args_json, "items", &self.config.json_limits)
+            .ok()
+            .flatten()
+            .map_or(0, |v| v.len());
+        let total = declared.max(
+            items
+                .iter()
+                .map(|(i, _, _)| *i as usize + 1)
+                .max()
+                .unwrap_or(0),
+        );
+        let partial = items.len() < total;
+        let mut result = compose_items(&items, total, partial, reason, true);
+        if result.len() > self.config.json_limits.max_bytes {
+            result = compose_items(&items, total, partial, reason, false);
+        }
+        self.commit_in(
+            dao,
+            rec,
+            fence.map(|a| (a, true)),
+            &result,
+            None,
+            partial,
+            now,
+        )
     }
 
     /// The completed items of a batch: `(index, result JSON, external id)`.
@@ -99,7 +201,7 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn batch_items(&self, id: &ExecutionId) -> Result<Vec<(u32, String, Option<String>)>> {
-        self.store.read(|dao| Ok(dao.batch_items(id)?))
+        self.read(|dao| Ok(dao.batch_items(id)?))
     }
 
     /// The downstream key of item `index` of a batch execution.
@@ -107,22 +209,32 @@ impl Ledger {
         id.batch_item(index).downstream_key()
     }
 
-    /// Durably records the background job a tool started for `id` (its job
-    /// id is also stored as the execution's external id).
+    /// Durably records the background job attempt `attempt` started (its
+    /// job id is also stored as the execution's external id).
     ///
     /// # Errors
-    /// [`Error::NotFound`], [`Error::AlreadyCommitted`] if another external id
-    /// is stored, storage errors.
-    pub fn record_job(&self, id: &ExecutionId, job_id: &str) -> Result<()> {
+    /// [`Error::StaleAttempt`] (the job id is kept as evidence);
+    /// [`Error::NotFound`], [`Error::AlreadyCommitted`] if another external
+    /// id is stored, storage errors.
+    pub fn record_job(&self, attempt: &AttemptId, job_id: &str) -> Result<()> {
         let now = self.now();
-        self.write(Durability::Full, |dao| {
-            dao.execution(id)?
-                .ok_or_else(|| Error::NotFound(id.clone()))?;
+        let id = &attempt.execution_id;
+        self.write_fenced(|dao| {
+            let rec = load(dao, id)?;
+            let carried = Carried {
+                external_id: Some(job_id),
+                ..Carried::default()
+            };
+            if let Some(stale) =
+                self.check_fence(dao, &rec, attempt, true, EvidenceKind::Job, &carried, now)?
+            {
+                return Ok(Fenced::Refused(stale));
+            }
             if !dao.set_external_id(id, job_id, now)? {
                 return Err(Error::AlreadyCommitted(id.clone()));
             }
             dao.upsert_job(id, job_id, "started", now)?;
-            Ok(())
+            Ok(Fenced::Done(()))
         })
     }
 
@@ -131,7 +243,7 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn job(&self, id: &ExecutionId) -> Result<Option<(String, String)>> {
-        self.store.read(|dao| Ok(dao.job(id)?))
+        self.read(|dao| Ok(dao.job(id)?))
     }
 
     /// Applies a job update obtained by polling.
@@ -193,8 +305,10 @@ impl Ledger {
                     Ok(JobApplied::Committed(self.commit_in(
                         dao,
                         &rec,
+                        None,
                         result_json,
                         None,
+                        false,
                         now,
                     )?))
                 }
@@ -204,6 +318,7 @@ impl Ledger {
                         dao,
                         &rec,
                         Transition::FailBeforeCommit,
+                        None,
                         StatusFields {
                             reason: Some(reason),
                             retryable: Some(false),
@@ -216,4 +331,47 @@ impl Ledger {
             }
         })
     }
+}
+
+/// The combined result of a batch: the items' results in order (`null` for
+/// an item that did not commit), and for a partial commit which items
+/// committed, which did not, and why. Without `with_results` every item is
+/// `null` and the result says the item results are stored separately.
+fn compose_items(
+    items: &[(u32, String, Option<String>)],
+    total: usize,
+    partial: bool,
+    reason: Option<&str>,
+    with_results: bool,
+) -> String {
+    let mut out = String::from("{\"items\":[");
+    for index in 0..total {
+        if index > 0 {
+            out.push(',');
+        }
+        match items.iter().find(|(i, _, _)| *i as usize == index) {
+            Some((_, result, _)) if with_results => out.push_str(result),
+            _ => out.push_str("null"),
+        }
+    }
+    out.push(']');
+    if !with_results {
+        out.push_str(",\"toolledger_note\":\"item results too large to store together; see the batch item records\"");
+    }
+    if partial {
+        let committed: Vec<String> = items.iter().map(|(i, _, _)| i.to_string()).collect();
+        let missing: Vec<String> = (0..total)
+            .filter(|index| !items.iter().any(|(i, _, _)| *i as usize == *index))
+            .map(|i| i.to_string())
+            .collect();
+        out.push_str(",\"partial\":{\"committed\":[");
+        out.push_str(&committed.join(","));
+        out.push_str("],\"not_committed\":[");
+        out.push_str(&missing.join(","));
+        out.push_str("],\"reason\":");
+        write_json_string(&mut out, reason.unwrap_or("stopped before the remaining items"));
+        out.push('}');
+    }
+    out.push('}');
+    out
 }

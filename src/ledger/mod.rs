@@ -39,21 +39,25 @@
 mod answers;
 mod begin;
 mod clock;
+mod decide;
+mod deliveries;
 mod error;
 mod jobs;
+mod owners;
 mod retention;
 mod session;
 mod steps;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use answers::{
-    ApprovalRequest, Begin, CallSpec, CancelOutcome, Resolution, Resolved, StoredResult, Ticket,
+    ApprovalRequest, AttemptId, Begin, CallSpec, CancelOutcome, Resolution, Resolved,
+    StoredResult, Ticket,
 };
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, Monotonic, SystemClock};
 pub use error::{Error, Result};
 pub use jobs::{JobApplied, JobUpdate};
 pub use retention::{
@@ -62,16 +66,22 @@ pub use retention::{
 };
 
 use crate::model::{
-    ExecutionId, ExecutionRecord, ExecutionStatus, JsonLimits, OperationId, SessionId, Transition,
+    EvidenceEntry, ExecutionId, ExecutionRecord, ExecutionStatus, JsonLimits, OperationId,
+    SessionId,
 };
-use crate::store::{Durability, StatusFields, Store, StoreOptions};
+use crate::store::{Durability, Fence, StatusFields, Store, StoreOptions};
+use deliveries::{Deliveries, History};
+use owners::Liveness;
 use session::Sessions;
 
 /// How a ledger behaves.
 #[derive(Debug, Clone)]
 pub struct LedgerConfig {
-    /// How long an `executing` row stays owned without renewal. After that a
-    /// `begin` or `recover` treats the outcome as unknown.
+    /// How long a suspended session stays the owner of the calls it was
+    /// running, measured on the boot clock from `suspend()`. While it lasts,
+    /// other sessions answer `InFlight` for them; after it, they count as
+    /// abandoned and are reconciled. A running (not suspended) session is
+    /// owner for as long as it lives, however long a call takes.
     pub lease: Duration,
     /// Bounds on argument JSON (and on stored results).
     pub json_limits: JsonLimits,
@@ -97,10 +107,14 @@ pub struct Ledger {
     sessions: Sessions,
     config: LedgerConfig,
     /// Delivery marks checked by `mark_delivered` and not yet written, and
-    /// the executions this ledger committed last (see [`Ledger::write`]).
+    /// the executions this ledger committed last (see `deliveries`).
     deliveries: Mutex<Deliveries>,
     /// Calls begun since this ledger last swept the attention flags.
     begun_since_sweep: AtomicU32,
+    /// True once this session's row is in the `sessions` table.
+    registered: AtomicBool,
+    /// Set by [`Ledger::abandon`]: drop like a killed process.
+    abandoned: AtomicBool,
 }
 
 /// A `begin` sweeps the attention flags (see `Dao::sweep_attention`) once
@@ -109,38 +123,10 @@ pub struct Ledger {
 /// process.
 const SWEEP_EVERY: u32 = 256;
 
-/// The delivery bookkeeping of one ledger.
-#[derive(Debug, Default)]
-struct Deliveries {
-    /// Checked marks waiting for the next write.
-    queued: Vec<DeliveryMark>,
-    /// The last executions committed through this ledger (committed is
-    /// final but for delivery), so `mark_delivered` right after a commit
-    /// needs no read to check them. Bounded by [`RECENT_COMMITS`].
-    recent_commits: std::collections::VecDeque<DeliveryMark>,
-}
-
-/// One checked, not yet written `committed -> result_delivered` mark.
-#[derive(Debug, Clone)]
-struct DeliveryMark {
-    execution_id: ExecutionId,
-    /// The execution's attempt count (final once committed), for the log.
-    attempt: u32,
-    /// When `mark_delivered` was called: the row's update time and the log
-    /// entry's time, however late the mark is written.
-    at_ms: i64,
-}
-
-/// Queued marks past this many are written at once (one lazy write) rather
-/// than waiting for the next write.
-const MAX_QUEUED_DELIVERIES: usize = 256;
-
-/// How many recent commits `mark_delivered` can check without a read.
-const RECENT_COMMITS: usize = 64;
-
 impl Ledger {
     /// Opens (creating if needed) the ledger database at `path` with the
-    /// system clock.
+    /// system clock. The path is resolved once, here (absolute, symlinks
+    /// resolved); everything after uses the resolved path.
     ///
     /// # Errors
     /// Storage errors: a file that is not a database or is corrupt, a newer
@@ -178,14 +164,44 @@ impl Ledger {
     fn with_store(store: Store, config: LedgerConfig, clock: Arc<dyn Clock>) -> Result<Ledger> {
         let sessions = Sessions::start(store.path(), SessionId::generate())
             .map_err(|e| Error::Session(e.kind().to_string()))?;
-        Ok(Ledger {
+        let ledger = Ledger {
             store,
             clock,
             sessions,
             config,
             deliveries: Mutex::new(Deliveries::default()),
             begun_since_sweep: AtomicU32::new(0),
-        })
+            registered: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
+        };
+        // Best effort: on a full disk the ledger still opens (replays need no
+        // write); an unregistered session is found at its default lock path,
+        // and `suspend()` registers it before it marks it.
+        let _ = ledger.register();
+        Ok(ledger)
+    }
+
+    /// Writes this session's row (active) and clears out dead sessions.
+    fn register(&self) -> Result<()> {
+        let Some(lock_path) = self.sessions.own_lock_path() else {
+            return Ok(());
+        };
+        let lock_path = lock_path.to_string_lossy().into_owned();
+        let now = self.now();
+        let mono = self.clock.monotonic();
+        self.write(Durability::Lazy, |dao| {
+            dao.register_session(
+                self.session_id(),
+                &lock_path,
+                &mono.boot_id,
+                now,
+                std::process::id(),
+            )?;
+            self.clean_dead_sessions(dao, &mono)?;
+            Ok(())
+        })?;
+        self.registered.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// This ledger's session id (the owner written on `executing` rows).
@@ -203,12 +219,13 @@ impl Ledger {
         &self.clock
     }
 
-    fn now(&self) -> i64 {
-        self.clock.now_ms()
+    /// The database file's resolved path (`None` in memory).
+    pub fn path(&self) -> Option<&Path> {
+        self.store.path()
     }
 
-    fn lease_deadline(&self, now: i64) -> i64 {
-        now.saturating_add(i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX))
+    fn now(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     /// Reads one execution.
@@ -216,8 +233,7 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn get(&self, id: &ExecutionId) -> Result<Option<ExecutionRecord>> {
-        self.settle_deliveries()?;
-        self.store.read(|dao| Ok(dao.execution(id)?))
+        self.read(|dao| Ok(dao.execution(id)?))
     }
 
     /// Every execution of an operation, in round and position order.
@@ -225,8 +241,7 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn list(&self, op: &OperationId) -> Result<Vec<ExecutionRecord>> {
-        self.settle_deliveries()?;
-        self.store.read(|dao| Ok(dao.executions_of(op)?))
+        self.read(|dao| Ok(dao.executions_of(op)?))
     }
 
     /// The status of an operation, if it exists.
@@ -237,7 +252,7 @@ impl Ledger {
         &self,
         op: &OperationId,
     ) -> Result<Option<crate::model::OperationStatus>> {
-        self.store.read(|dao| Ok(dao.operation_status(op)?))
+        self.read(|dao| Ok(dao.operation_status(op)?))
     }
 
     /// The compensations recorded for `original`.
@@ -245,17 +260,42 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn compensations(&self, original: &ExecutionId) -> Result<Vec<ExecutionRecord>> {
-        self.settle_deliveries()?;
-        self.store.read(|dao| Ok(dao.compensations_of(original)?))
+        self.read(|dao| Ok(dao.compensations_of(original)?))
+    }
+
+    /// What stale attempts of `id` learnt and could not record (results,
+    /// external ids, failures of attempts that had been superseded).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn evidence(&self, id: &ExecutionId) -> Result<Vec<EvidenceEntry>> {
+        self.read(|dao| Ok(dao.evidence_of(id)?))
+    }
+
+    /// True while `attempt` is the current attempt of its execution, owned
+    /// by this session and running: a long-running tool may ask before each
+    /// expensive step and stop when it is no longer the owner.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn owns(&self, attempt: &AttemptId) -> Result<bool> {
+        let rec = self.read(|dao| Ok(dao.execution(&attempt.execution_id)?))?;
+        Ok(rec.is_some_and(|r| {
+            r.status == ExecutionStatus::Executing
+                && r.attempt_count == attempt.attempt
+                && r.owner_session.as_ref() == Some(self.session_id())
+        }))
     }
 
     /// Call at app start and after resume. Turns `executing` rows whose owner
-    /// session is dead (or whose lease expired) into `outcome_unknown`, and
-    /// returns every execution that needs attention: unknown outcomes,
-    /// approvals pending, approved or retryable work, live in-flight rows and
-    /// committed results not yet delivered to the model. One write, lazy (no
-    /// sync): an `outcome_unknown` mark lost to a power cut only means the
-    /// next `recover` marks the same rows again, and any later durable write
+    /// session is dead into `outcome_unknown` (a held lock means alive; a
+    /// suspended owner is alive until its lease lapses on the boot clock),
+    /// deletes the rows and lock files of dead sessions, and returns every
+    /// execution that needs attention: unknown outcomes, approvals pending,
+    /// approved or retryable work, live in-flight rows and committed results
+    /// not yet delivered to the model. One write, lazy (no sync): an
+    /// `outcome_unknown` mark lost to a power cut only means the next
+    /// `recover` marks the same rows again, and any later durable write
     /// (every step that follows a `Reconcile` is one) makes it durable first.
     /// The scan reads the flagged rows (a partial index) and the few rows
     /// begun since the last sweep (a row-id range), which it sweeps first, so
@@ -271,78 +311,128 @@ impl Ledger {
     /// `outcome_unknown` (the executor counts them in its metrics).
     pub(crate) fn recover_marking(&self) -> Result<(Vec<ExecutionRecord>, Vec<ExecutionId>)> {
         let now = self.now();
+        let mono = self.clock.monotonic();
         self.write(Durability::Lazy, |dao| {
             dao.sweep_attention(0)?;
             let mut pending = dao.executions_needing_attention()?;
             let mut marked = Vec::new();
             for rec in pending.iter_mut() {
-                if rec.status == ExecutionStatus::Executing && !self.owner_is_live(rec, now) {
-                    let reason = self.abandon_reason(rec, now);
-                    let moved = dao.move_status(
-                        &rec.execution_id,
-                        ExecutionStatus::Executing,
-                        Transition::MarkUnknown,
-                        ExecutionStatus::OutcomeUnknown,
-                        &StatusFields {
-                            reason: Some(reason),
-                            ..StatusFields::default()
-                        },
-                        self.session_id(),
-                        now,
-                    )?;
-                    if moved {
-                        rec.status = ExecutionStatus::OutcomeUnknown;
-                        rec.owner_session = None;
-                        rec.lease_deadline_ms = None;
-                        rec.last_reason = Some(reason.to_owned());
+                if rec.status != ExecutionStatus::Executing {
+                    continue;
+                }
+                if let Liveness::Dead(reason) =
+                    self.liveness_of(dao, rec.owner_session.as_ref(), &mono)?
+                {
+                    if self.abandon_attempt(dao, rec, reason, &mono, now)? {
                         marked.push(rec.execution_id.clone());
                     }
                 }
             }
+            self.clean_dead_sessions(dao, &mono)?;
             Ok((pending, marked))
         })
     }
 
-    /// True when the owner of an `executing` row is alive and its lease holds.
-    fn owner_is_live(&self, rec: &ExecutionRecord, now: i64) -> bool {
-        let lease_ok = rec.lease_deadline_ms.is_some_and(|d| d > now);
-        let alive = rec
-            .owner_session
-            .as_ref()
-            .is_some_and(|s| self.sessions.is_alive(s));
-        lease_ok && alive
-    }
-
-    fn abandon_reason(&self, rec: &ExecutionRecord, now: i64) -> &'static str {
-        if rec.lease_deadline_ms.is_some_and(|d| d <= now) {
-            "lease expired while executing"
-        } else {
-            "owner session died while executing"
+    /// Moves an `executing` row whose owner is dead to `outcome_unknown`
+    /// (fenced by its attempt) and updates `rec` to match. False when the
+    /// row had moved on.
+    pub(super) fn abandon_attempt(
+        &self,
+        dao: &crate::store::Dao<'_>,
+        rec: &mut ExecutionRecord,
+        reason: &'static str,
+        mono: &crate::model::Monotonic,
+        now: i64,
+    ) -> Result<bool> {
+        let mv = crate::model::Move::check(rec.status, crate::model::Transition::MarkUnknown)
+            .map_err(|e| Error::transition(&rec.execution_id, e))?;
+        let moved = dao.move_status(
+            &rec.execution_id,
+            mv,
+            Some(Fence {
+                attempt: rec.attempt_count,
+                session: rec.owner_session.as_ref(),
+            }),
+            &StatusFields {
+                attempt: Some(rec.attempt_count),
+                reason: Some(reason),
+                unknown_since: Some(mono),
+                ..StatusFields::default()
+            },
+            self.session_id(),
+            now,
+        )?;
+        if moved {
+            rec.status = ExecutionStatus::OutcomeUnknown;
+            rec.last_reason = Some(reason.to_owned());
+            rec.unknown_since = Some(mono.clone());
+            rec.updated_ms = now;
         }
+        Ok(moved)
     }
 
-    /// Checkpoints the WAL and closes the database so no file lock is held
-    /// while the app is suspended (iOS 0xdead10cc). Calls fail with
-    /// `Suspended` until [`Ledger::resume`].
+    /// Gets ready for the app to be suspended: leaves a durable suspension
+    /// mark (this session stays the owner of what it is running for
+    /// [`LedgerConfig::lease`] on the boot clock), writes the queued delivery
+    /// marks, checkpoints the WAL and closes the database, and releases the
+    /// session lock, so no file lock is held while suspended (iOS
+    /// 0xdead10cc). Every lock is released even when a step fails (a full
+    /// disk): the ledger is suspended whatever this returns. Calls fail with
+    /// `Suspended` until [`Ledger::resume`]. Suspending twice is a no-op.
     ///
     /// # Errors
-    /// Storage errors from the checkpoint.
+    /// Storage errors of the mark or the checkpoint (the ledger is
+    /// suspended all the same).
     pub fn suspend(&self) -> Result<()> {
-        self.settle_deliveries()?;
-        self.store.suspend()?;
+        if self.store.is_suspended() {
+            return Ok(());
+        }
+        let marked = self.mark_suspended();
+        let closed = self.store.suspend().map_err(Error::from);
         self.sessions.release();
+        marked.and(closed)
+    }
+
+    fn mark_suspended(&self) -> Result<()> {
+        let mono = self.clock.monotonic();
+        let lease = i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX);
+        let lock_path = self.sessions.own_lock_path();
+        let now = self.now();
+        self.write(Durability::Lazy, |dao| {
+            let Some(lock_path) = &lock_path else {
+                return Ok(());
+            };
+            if !self.registered.load(Ordering::Relaxed) {
+                dao.register_session(
+                    self.session_id(),
+                    &lock_path.to_string_lossy(),
+                    &mono.boot_id,
+                    now,
+                    std::process::id(),
+                )?;
+            }
+            dao.mark_suspended(self.session_id(), &mono.boot_id, mono.ms, lease)?;
+            Ok(())
+        })?;
+        self.registered.store(true, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Reopens after [`Ledger::suspend`] and runs [`Ledger::recover`].
+    /// Reopens after [`Ledger::suspend`] (the same file, found by the path
+    /// resolved at open, never a file created in its place), takes the
+    /// session lock again, clears the suspension mark and runs
+    /// [`Ledger::recover`]. Without a prior `suspend` it only recovers.
     ///
     /// # Errors
-    /// The errors of opening and of `recover`.
+    /// The errors of opening and of `recover`; `DatabaseReplaced` when
+    /// another database is at the path now.
     pub fn resume(&self) -> Result<Vec<ExecutionRecord>> {
         self.sessions
             .acquire()
             .map_err(|e| Error::Session(e.kind().to_string()))?;
         self.store.resume()?;
+        // Active again: the lock says so; the row must not say "suspended".
+        self.register()?;
         self.recover()
     }
 
@@ -354,7 +444,7 @@ impl Ledger {
         &self,
         limit: u32,
     ) -> Result<Vec<(OperationId, crate::model::OperationStatus)>> {
-        self.store.read(|dao| Ok(dao.operations(limit)?))
+        self.read(|dao| Ok(dao.operations(limit)?))
     }
 
     /// The transition log of one execution, oldest first.
@@ -362,8 +452,13 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn transitions(&self, id: &ExecutionId) -> Result<Vec<crate::model::TransitionEntry>> {
-        self.settle_deliveries()?;
-        self.store.read(|dao| Ok(dao.transitions_of(id)?))
+        let history = self.read(|dao| {
+            Ok(History {
+                id: id.clone(),
+                entries: dao.transitions_of(id)?,
+            })
+        })?;
+        Ok(history.entries)
     }
 
     /// Counts for the inspector.
@@ -371,101 +466,16 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn stats(&self) -> Result<crate::store::StoreStats> {
-        self.settle_deliveries()?;
-        self.store.read(|dao| Ok(dao.stats()?))
-    }
-}
-
-impl Ledger {
-    /// Every write of the ledger goes through here: it first applies the
-    /// queued delivery marks inside the same transaction (so they cost no
-    /// sync of their own and become durable with it), then runs `f`. If the
-    /// transaction fails the marks are queued again.
-    fn write<T>(
-        &self,
-        durability: Durability,
-        f: impl FnOnce(&crate::store::Dao<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let mut taken: Vec<DeliveryMark> = Vec::new();
-        let out = self.store.write(durability, |dao| {
-            // Taken under the store's lock: no other write applies them too.
-            taken = std::mem::take(&mut self.deliveries_lock().queued);
-            for mark in &taken {
-                // A row no longer `committed` (delivered meanwhile by another
-                // process) is left alone: the guarded move reports false.
-                dao.move_status(
-                    &mark.execution_id,
-                    ExecutionStatus::Committed,
-                    Transition::Deliver,
-                    ExecutionStatus::ResultDelivered,
-                    &StatusFields {
-                        attempt: Some(mark.attempt),
-                        ..StatusFields::default()
-                    },
-                    self.session_id(),
-                    mark.at_ms,
-                )?;
-            }
-            f(dao)
-        });
-        if out.is_err() && !taken.is_empty() {
-            self.deliveries_lock().queued.append(&mut taken);
-        }
-        out
+        self.read(|dao| Ok(dao.stats()?))
     }
 
-    fn deliveries_lock(&self) -> MutexGuard<'_, Deliveries> {
-        // The queue holds plain data: a panic elsewhere cannot leave it torn.
-        self.deliveries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn queue_deliveries(&self, marks: Vec<DeliveryMark>) -> Result<()> {
-        let queued = {
-            let mut d = self.deliveries_lock();
-            d.queued.extend(marks);
-            d.queued.len()
-        };
-        if queued > MAX_QUEUED_DELIVERIES {
-            self.settle_deliveries()?;
-        }
-        Ok(())
-    }
-
-    /// Remembers a commit made through this ledger (see [`Deliveries`]).
-    fn remember_commit(&self, execution_id: &ExecutionId, attempt: u32) {
-        let mut d = self.deliveries_lock();
-        if d.recent_commits.len() == RECENT_COMMITS {
-            d.recent_commits.pop_front();
-        }
-        d.recent_commits.push_back(DeliveryMark {
-            execution_id: execution_id.clone(),
-            attempt,
-            at_ms: 0,
-        });
-    }
-
-    /// The marks for `ids` that recent commits already vouch for, or `None`
-    /// when some id must be checked by a read.
-    fn marks_from_recent_commits(
-        &self,
-        ids: &[ExecutionId],
-        now: i64,
-    ) -> Option<Vec<DeliveryMark>> {
-        let d = self.deliveries_lock();
-        ids.iter()
-            .map(|id| {
-                d.recent_commits
-                    .iter()
-                    .rev()
-                    .find(|m| m.execution_id == *id)
-                    .map(|m| DeliveryMark {
-                        at_ms: now,
-                        ..m.clone()
-                    })
-            })
-            .collect()
+    /// Drops this ledger the way a killed process would: the session lock is
+    /// released but its file and row stay, and queued delivery marks are
+    /// lost. For crash simulations and tests; an app never needs it.
+    #[doc(hidden)]
+    pub fn abandon(self) {
+        self.abandoned.store(true, Ordering::Relaxed);
+        self.sessions.release();
     }
 
     /// Counts `calls` begun; true when the caller's transaction should sweep
@@ -480,19 +490,18 @@ impl Ledger {
             false
         }
     }
-
-    /// Writes the queued delivery marks now (one lazy write), if any.
-    fn settle_deliveries(&self) -> Result<()> {
-        if self.deliveries_lock().queued.is_empty() {
-            return Ok(());
-        }
-        self.write(Durability::Lazy, |_| Ok(()))
-    }
 }
 
 impl Drop for Ledger {
     fn drop(&mut self) {
-        // Best effort: a mark lost here only replays a stored result.
-        let _ = self.settle_deliveries();
+        if self.abandoned.load(Ordering::Relaxed) || self.store.is_suspended() {
+            return;
+        }
+        // Best effort: a mark lost here only replays a stored result; a
+        // session row left here is cleaned by the next session that opens.
+        let _ = self.write(Durability::Lazy, |dao| {
+            dao.delete_session(self.session_id())?;
+            Ok(())
+        });
     }
 }

@@ -304,7 +304,7 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn tombstone(&self, id: &ExecutionId) -> Result<Option<Tombstone>> {
-        self.store.read(|dao| Ok(dao.tombstone(id)?))
+        self.read(|dao| Ok(dao.tombstone(id)?))
     }
 
     /// Number of tombstones.
@@ -312,7 +312,7 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn tombstone_count(&self) -> Result<u64> {
-        self.store.read(|dao| Ok(dao.tombstone_count()?))
+        self.read(|dao| Ok(dao.tombstone_count()?))
     }
 
     /// Page size, page count and free pages of the database.
@@ -320,7 +320,7 @@ impl Ledger {
     /// # Errors
     /// Storage errors.
     pub fn database_size(&self) -> Result<DbSize> {
-        self.store.read(|dao| Ok(dao.size()?))
+        self.read(|dao| Ok(dao.size()?))
     }
 
     /// Writes the queued delivery marks, then copies the WAL into the main

@@ -1,21 +1,47 @@
-//! Session liveness: telling a dead owner from a live one.
+//! Session lock files: how one ledger tells another "I am alive".
 //!
-//! Each open ledger is a session. A session holds an exclusive advisory lock
-//! on its own file `<db>-sessions/<session id>.lock` for as long as it is open.
-//! The operating system drops that lock when the process dies (or when the
-//! ledger is dropped), so another session can ask "is the owner of this
-//! `executing` row still alive?" by trying to take the lock: if it can, the
-//! owner is gone. A second live process (an app extension) keeps its lock and
-//! is never mistaken for a dead one. `suspend()` releases the lock, because
-//! iOS kills suspended apps that hold file locks in shared containers.
+//! Each open ledger is a session. It holds an exclusive advisory lock (`flock`)
+//! on its own file `<db>-sessions/<session id>.lock` for as long as it is open
+//! and not suspended; the operating system drops the lock when the process
+//! dies. The file's path is registered in the database (`sessions`), so a
+//! ledger opened through a symlink, a hard link or another spelling of the
+//! path is still found. Another session asks "is the owner alive?" with
+//! [`Sessions::probe`]:
+//!
+//! - **held**: alive, whatever else is true;
+//! - **free** or **absent**: not running; alive only while a suspension
+//!   mark covers it (decided in `owners`, which reads the mark);
+//! - any **other error** (too many open files, permission denied …): alive.
+//!   Only a lock that is provably not held may count as death.
+//!
+//! Nobody deletes another session's lock file except through
+//! [`Sessions::clean`], which first takes the lock itself (so the owner
+//! cannot hold it) and deletes while holding it. An owner that (re)takes its
+//! lock checks, once it holds it, that the file it locked is still the one at
+//! the path, and starts again if a cleaner deleted it meanwhile: the
+//! unlink-while-relocking race cannot leave a live owner invisible.
 
 use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::model::SessionId;
 
-/// Liveness registry of one ledger.
+/// The answer of a lock probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// Someone holds the lock: the owner is alive.
+    Held,
+    /// The file exists and nobody holds its lock.
+    Free,
+    /// No lock file.
+    Absent,
+    /// The probe itself failed: the owner counts as alive.
+    Failed,
+}
+
+/// The lock-file side of one ledger's session.
 #[derive(Debug)]
 pub(crate) struct Sessions {
     dir: Option<PathBuf>,
@@ -23,16 +49,22 @@ pub(crate) struct Sessions {
     held: Mutex<Option<File>>,
 }
 
-/// The directory that holds the session lock files of database `db`.
+/// The directory that holds the session lock files of database `db` (a
+/// resolved path).
 pub(crate) fn sessions_dir(db: &Path) -> PathBuf {
     let mut name = db.as_os_str().to_os_string();
     name.push("-sessions");
     PathBuf::from(name)
 }
 
+/// Attempts to take a lock file whose path keeps being cleaned away before
+/// giving up (each round is a cleaner deleting the file between our open and
+/// our lock: a handful at most in practice).
+const ACQUIRE_ROUNDS: usize = 64;
+
 impl Sessions {
     /// Registers `own` and takes its lock (none for in-memory stores).
-    pub(crate) fn start(db: Option<&Path>, own: SessionId) -> std::io::Result<Sessions> {
+    pub(crate) fn start(db: Option<&Path>, own: SessionId) -> io::Result<Sessions> {
         let sessions = Sessions {
             dir: db.map(sessions_dir),
             own,
@@ -47,29 +79,57 @@ impl Sessions {
         &self.own
     }
 
-    /// (Re)takes this session's lock.
-    pub(crate) fn acquire(&self) -> std::io::Result<()> {
-        let Some(dir) = &self.dir else { return Ok(()) };
+    /// The lock file of `session` in this database's sessions directory
+    /// (where every session of this build puts its own).
+    pub(crate) fn default_lock_path(&self, session: &SessionId) -> Option<PathBuf> {
+        self.dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{session}.lock")))
+    }
+
+    /// This session's lock file.
+    pub(crate) fn own_lock_path(&self) -> Option<PathBuf> {
+        self.default_lock_path(&self.own)
+    }
+
+    /// True while this session holds its lock (not suspended).
+    pub(crate) fn holds_lock(&self) -> bool {
+        self.held.lock().map(|h| h.is_some()).unwrap_or(false)
+    }
+
+    /// (Re)takes this session's lock. Blocks only while a cleaner holds the
+    /// file for the instant it takes to delete it.
+    pub(crate) fn acquire(&self) -> io::Result<()> {
+        let Some(path) = self.own_lock_path() else {
+            return Ok(());
+        };
+        let mut held = self
+            .held
+            .lock()
+            .map_err(|_| io::Error::other("session lock state poisoned"))?;
         // Already held (resume without suspend): taking it again through a
         // second handle would block forever, since flock locks conflict
         // across open file descriptions even within one process.
-        if self.held.lock().map(|h| h.is_some()).unwrap_or(false) {
+        if held.is_some() {
             return Ok(());
         }
-        fs::create_dir_all(dir)?;
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(format!("{}.lock", self.own)))?;
-        file.lock()?;
-        if let Ok(mut held) = self.held.lock() {
-            *held = Some(file);
+        if let Some(dir) = &self.dir {
+            create_private_dir(dir)?;
         }
-        Ok(())
+        for _ in 0..ACQUIRE_ROUNDS {
+            let file = open_private(&path)?;
+            file.lock()?;
+            if same_file(&file, &path) {
+                *held = Some(file);
+                return Ok(());
+            }
+            // A cleaner deleted the file between our open and our lock: the
+            // lock we hold is on a file nobody can find. Start again.
+        }
+        Err(io::Error::other("session lock file keeps disappearing"))
     }
 
-    /// Releases this session's lock (before suspension).
+    /// Releases this session's lock (suspension). The file stays.
     pub(crate) fn release(&self) {
         if let Ok(mut held) = self.held.lock() {
             if let Some(file) = held.take() {
@@ -78,39 +138,161 @@ impl Sessions {
         }
     }
 
-    /// True when `session` is this one or still holds its lock.
-    pub(crate) fn is_alive(&self, session: &SessionId) -> bool {
-        if session == &self.own {
-            return true;
-        }
-        let Some(dir) = &self.dir else {
-            // A private in-memory store has no other sessions.
-            return false;
-        };
-        let path = dir.join(format!("{session}.lock"));
-        let Ok(file) = OpenOptions::new().write(true).open(&path) else {
-            // No lock file: the session ended and was cleaned up.
-            return false;
+    /// Is the lock at `path` held? Never deletes anything.
+    pub(crate) fn probe(path: &Path) -> Probe {
+        let file = match OpenOptions::new().write(true).open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Probe::Absent,
+            Err(_) => return Probe::Failed,
         };
         match file.try_lock() {
             Ok(()) => {
-                // Nobody holds it: the owner is dead. Tidy up its file.
                 let _ = file.unlock();
-                let _ = fs::remove_file(&path);
-                false
+                Probe::Free
             }
-            Err(TryLockError::WouldBlock) => true,
-            // Locking unsupported or failing: assume alive (the lease decides).
-            Err(TryLockError::Error(_)) => true,
+            Err(TryLockError::WouldBlock) => Probe::Held,
+            Err(TryLockError::Error(_)) => Probe::Failed,
         }
+    }
+
+    /// Deletes the lock file at `path` of a session found dead, if nobody
+    /// holds it: the lock is taken first and the file deleted while it is
+    /// held, so an owner coming back either still holds it (nothing is
+    /// deleted) or notices the deletion when it locks (see `acquire`).
+    /// Returns true when no file is left.
+    pub(crate) fn clean(path: &Path) -> bool {
+        let file = match OpenOptions::new().write(true).open(path) {
+            Ok(file) => file,
+            Err(e) => return e.kind() == io::ErrorKind::NotFound,
+        };
+        if file.try_lock().is_err() {
+            return false;
+        }
+        let removed = !same_file(&file, path) || fs::remove_file(path).is_ok();
+        let _ = file.unlock();
+        removed
+    }
+
+    /// The lock files in this database's sessions directory, by session.
+    pub(crate) fn lock_files(&self) -> Vec<(SessionId, PathBuf)> {
+        let Some(dir) = &self.dir else {
+            return Vec::new();
+        };
+        let Ok(entries) = fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name();
+                let id = name.to_str()?.strip_suffix(".lock")?;
+                let id = SessionId::parse(id).ok()?;
+                Some((id, e.path()))
+            })
+            .collect()
     }
 }
 
 impl Drop for Sessions {
     fn drop(&mut self) {
-        self.release();
-        if let Some(dir) = &self.dir {
-            let _ = fs::remove_file(dir.join(format!("{}.lock", self.own)));
+        // The owner deletes its own file while it still holds the lock.
+        if let (Some(path), true) = (self.own_lock_path(), self.holds_lock()) {
+            let _ = fs::remove_file(path);
         }
+        self.release();
+    }
+}
+
+/// True when `file` is the file now at `path`.
+#[cfg(unix)]
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(_file: &File, path: &Path) -> bool {
+    path.exists()
+}
+
+/// Opens (creating) a lock file readable by the owner only.
+fn open_private(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.create(true).truncate(false).write(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)
+}
+
+/// Creates a directory (and its parents) accessible by the owner only.
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_tells_held_free_absent_and_never_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("l.db");
+        let a = Sessions::start(Some(&db), SessionId::generate()).unwrap();
+        let path = a.own_lock_path().unwrap();
+        assert_eq!(Sessions::probe(&path), Probe::Held);
+        a.release();
+        assert_eq!(Sessions::probe(&path), Probe::Free);
+        assert!(path.exists(), "a probe never deletes");
+        assert_eq!(
+            Sessions::probe(&dir.path().join("l.db-sessions/none.lock")),
+            Probe::Absent
+        );
+        a.acquire().unwrap();
+        assert_eq!(Sessions::probe(&path), Probe::Held);
+        assert!(!Sessions::clean(&path), "a held lock file is never cleaned");
+        assert!(path.exists());
+        drop(a);
+        assert!(!path.exists(), "the owner deletes its own file");
+    }
+
+    #[test]
+    fn an_owner_relocking_after_a_clean_is_never_invisible() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("l.db");
+        let a = Sessions::start(Some(&db), SessionId::generate()).unwrap();
+        let path = a.own_lock_path().unwrap();
+        for _ in 0..50 {
+            a.release();
+            // A cleaner removes the free file; the owner then takes its lock
+            // again: it must be held at the registered path afterwards.
+            assert!(Sessions::clean(&path));
+            a.acquire().unwrap();
+            assert_eq!(Sessions::probe(&path), Probe::Held);
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn lock_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("l.db");
+        let a = Sessions::start(Some(&db), SessionId::generate()).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&a.own_lock_path().unwrap()), 0o600);
+        assert_eq!(mode(&sessions_dir(&db)), 0o700);
     }
 }

@@ -1,24 +1,109 @@
 //! The steps after `begin`: approval, execution, commit, failure, unknown
-//! outcomes and their resolution, delivery, cancellation.
+//! outcomes and their resolution, cancellation.
 //!
 //! Each step is one transaction that re-reads the record, checks the move
 //! against the transition table and writes it with the transition log entry.
+//! The steps of an attempt name it ([`AttemptId`]): the store applies them
+//! only while the execution is still at that attempt, owned by this session
+//! (`resolve_unknown`, which any session or the app may call, checks the
+//! attempt only). A stale attempt changes nothing; what it carried is kept as
+//! evidence and it gets [`Error::StaleAttempt`].
 
-use super::answers::{CancelOutcome, Resolution, Resolved, StoredResult, Ticket};
-use super::{DeliveryMark, Error, Ledger, Result};
+use super::answers::{AttemptId, CancelOutcome, Resolution, Resolved, StoredResult, Ticket};
+use super::{Error, Ledger, Result};
 use crate::model::canonical::canonicalize;
 use crate::model::{
-    check_transition, ArgsDigest, ExecutionId, ExecutionRecord, ExecutionStatus, OperationId,
+    ArgsDigest, ExecutionId, ExecutionRecord, ExecutionStatus, Monotonic, OperationId,
     OperationStatus, Transition,
 };
-use crate::store::{Dao, Durability, StatusFields};
+use crate::store::{Dao, Durability, Evidence, EvidenceKind, StatusFields};
 
-fn load(dao: &Dao<'_>, id: &ExecutionId) -> Result<ExecutionRecord> {
+pub(super) fn load(dao: &Dao<'_>, id: &ExecutionId) -> Result<ExecutionRecord> {
     dao.execution(id)?
         .ok_or_else(|| Error::NotFound(id.clone()))
 }
 
+/// What a fenced step wants written, for the evidence if it is stale.
+#[derive(Default)]
+pub(super) struct Carried<'a> {
+    pub(super) result_json: Option<&'a str>,
+    pub(super) external_id: Option<&'a str>,
+    pub(super) reason: Option<&'a str>,
+    pub(super) item_index: Option<u32>,
+}
+
+/// The result of a step whose transaction must commit even when it refuses
+/// (the evidence of a stale attempt is written, the refusal returned).
+pub(super) enum Fenced<T> {
+    Done(T),
+    Refused(Error),
+}
+
 impl Ledger {
+    /// Runs a write whose closure may refuse after writing evidence.
+    pub(super) fn write_fenced<T>(
+        &self,
+        f: impl FnOnce(&Dao<'_>) -> Result<Fenced<T>>,
+    ) -> Result<T> {
+        match self.write(Durability::Full, f)? {
+            Fenced::Done(v) => Ok(v),
+            Fenced::Refused(e) => Err(e),
+        }
+    }
+
+    /// `None` when `attempt` is the current attempt of `rec` (and, with
+    /// `own`, this session's); otherwise writes what the stale attempt
+    /// carried as evidence and returns the refusal.
+    pub(super) fn check_fence(
+        &self,
+        dao: &Dao<'_>,
+        rec: &ExecutionRecord,
+        attempt: &AttemptId,
+        own: bool,
+        kind: EvidenceKind,
+        carried: &Carried<'_>,
+        now: i64,
+    ) -> Result<Option<Error>> {
+        let current = rec.attempt_count == attempt.attempt
+            && (!own || rec.owner_session.as_ref() == Some(self.session_id()));
+        if current {
+            return Ok(None);
+        }
+        dao.insert_evidence(
+            &rec.execution_id,
+            &Evidence {
+                attempt: attempt.attempt,
+                session: self.session_id(),
+                kind,
+                result_json: carried.result_json,
+                external_id: carried.external_id,
+                reason: carried.reason,
+                item_index: carried.item_index,
+                at_ms: now,
+            },
+        )?;
+        let note = format!(
+            "stale attempt {} ({}): kept as evidence",
+            attempt.attempt,
+            kind.as_str()
+        );
+        dao.append_note(
+            &rec.execution_id,
+            "stale_attempt",
+            rec.status,
+            attempt.attempt,
+            self.session_id(),
+            &note,
+            now,
+        )?;
+        Ok(Some(Error::StaleAttempt {
+            execution_id: rec.execution_id.clone(),
+            attempt: attempt.attempt,
+            current_attempt: rec.attempt_count,
+            status: rec.status,
+        }))
+    }
+
     /// Approves the execution for exactly the arguments with `digest`,
     /// recording the preview the human saw. An approval for another digest
     /// does not unlock it.
@@ -40,7 +125,7 @@ impl Ledger {
         self.write(Durability::Full, |dao| {
             let rec = load(dao, id)?;
             check_digest(&rec, digest)?;
-            self.step(dao, &rec, Transition::Approve, StatusFields::default(), now)?;
+            self.step(dao, &rec, Transition::Approve, None, StatusFields::default(), now)?;
             dao.record_approval(id, digest, true, preview_json, now)?;
             Ok(())
         })
@@ -59,6 +144,7 @@ impl Ledger {
                 dao,
                 &rec,
                 Transition::Reject,
+                None,
                 StatusFields {
                     reason: Some(reason),
                     ..StatusFields::default()
@@ -73,14 +159,17 @@ impl Ledger {
     /// Starts the next attempt of an approved (or retryable failed, or
     /// approval-free prepared) execution: durable `executing` before the
     /// tool runs. For approval-required calls the recorded approval must
-    /// match the stored digest.
+    /// match the stored digest. Nothing starts in a cancelled operation: the
+    /// execution is cancelled instead (or, for a batch whose items
+    /// committed, recorded as the partial commit it is).
     ///
     /// # Errors
-    /// [`Error::InvalidTransition`] from any other status (including a
-    /// non-retryable failure), [`Error::NotFound`], storage errors.
+    /// [`Error::OperationCancelled`]; [`Error::InvalidTransition`] from any
+    /// other status (including a non-retryable failure), [`Error::NotFound`],
+    /// storage errors.
     pub fn mark_executing(&self, id: &ExecutionId) -> Result<Ticket> {
         let now = self.now();
-        self.write(Durability::Full, |dao| {
+        self.write_fenced(|dao| {
             let rec = load(dao, id)?;
             let transition = match rec.status {
                 ExecutionStatus::Prepared if rec.requires_approval => {
@@ -107,7 +196,11 @@ impl Ledger {
                     transition,
                 });
             }
-            self.start_attempt(dao, &rec, transition, now)
+            if op_cancelled(dao, &rec.operation_id)? {
+                self.cancel_in(dao, &rec, now)?;
+                return Ok(Fenced::Refused(Error::OperationCancelled(id.clone())));
+            }
+            Ok(Fenced::Done(self.start_attempt(dao, &rec, transition, now)?))
         })
     }
 
@@ -115,50 +208,50 @@ impl Ledger {
     /// known (before the result), so reconciliation can find the effect.
     ///
     /// # Errors
+    /// [`Error::StaleAttempt`] (the id is kept as evidence);
     /// [`Error::AlreadyCommitted`] when a different external id is stored;
     /// [`Error::NotFound`]; storage errors.
-    pub fn record_external_id(&self, id: &ExecutionId, external_id: &str) -> Result<()> {
+    pub fn record_external_id(&self, attempt: &AttemptId, external_id: &str) -> Result<()> {
         let now = self.now();
-        self.write(Durability::Full, |dao| {
-            load(dao, id)?;
-            if dao.set_external_id(id, external_id, now)? {
-                Ok(())
+        self.write_fenced(|dao| {
+            let rec = load(dao, &attempt.execution_id)?;
+            let carried = Carried {
+                external_id: Some(external_id),
+                ..Carried::default()
+            };
+            if let Some(stale) =
+                self.check_fence(dao, &rec, attempt, true, EvidenceKind::ExternalId, &carried, now)?
+            {
+                return Ok(Fenced::Refused(stale));
+            }
+            if dao.set_external_id(&attempt.execution_id, external_id, now)? {
+                Ok(Fenced::Done(()))
             } else {
-                Err(Error::AlreadyCommitted(id.clone()))
+                Err(Error::AlreadyCommitted(attempt.execution_id.clone()))
             }
         })
     }
 
-    /// Extends this session's lease on an `executing` row (call during long
-    /// tool runs). Returns false if the row is no longer ours.
-    ///
-    /// # Errors
-    /// Storage errors.
-    pub fn renew_lease(&self, id: &ExecutionId) -> Result<bool> {
-        let now = self.now();
-        let deadline = self.lease_deadline(now);
-        self.write(Durability::Lazy, |dao| {
-            Ok(dao.renew_lease(id, self.session_id(), deadline)?)
-        })
-    }
-
     /// Commits the side effect's result: durable before it goes to the model.
-    /// Accepted from `executing` and `outcome_unknown` (the truth arrived
-    /// late). Committing the identical result again is a no-op; a different
-    /// one is refused and the stored one stands. If the operation was
-    /// cancelled meanwhile, it becomes `cancelled_after_side_effect`.
+    /// Accepted from `executing` and, for the same attempt, from
+    /// `outcome_unknown` (the truth arrived late). Committing the identical
+    /// result again is a no-op; a different one is refused and the stored one
+    /// stands. If the operation was cancelled meanwhile, it becomes
+    /// `cancelled_after_side_effect`.
     ///
     /// # Errors
-    /// [`Error::Json`] for a result that is not JSON, [`Error::AlreadyCommitted`],
-    /// [`Error::InvalidTransition`], [`Error::NotFound`], storage errors.
+    /// [`Error::StaleAttempt`] when `attempt` is no longer the execution's
+    /// (its result is kept as evidence); [`Error::Json`] for a result that is
+    /// not JSON, [`Error::AlreadyCommitted`], [`Error::InvalidTransition`],
+    /// [`Error::NotFound`], storage errors.
     pub fn commit(
         &self,
-        id: &ExecutionId,
+        attempt: &AttemptId,
         result_json: &str,
         external_id: Option<&str>,
     ) -> Result<StoredResult> {
         canonicalize(result_json, &self.config.json_limits)?;
-        self.commit_valid(id, result_json, external_id)
+        self.commit_valid(attempt, result_json, external_id)
     }
 
     /// [`Ledger::commit`] for a result already checked against the JSON
@@ -166,33 +259,54 @@ impl Ledger {
     /// hot path does not parse it twice.
     pub(crate) fn commit_valid(
         &self,
-        id: &ExecutionId,
+        attempt: &AttemptId,
         result_json: &str,
         external_id: Option<&str>,
     ) -> Result<StoredResult> {
         let now = self.now();
-        let (stored, attempt) = self.write(Durability::Full, |dao| {
-            let rec = load(dao, id)?;
-            let stored = self.commit_in(dao, &rec, result_json, external_id, now)?;
-            Ok((stored, rec.attempt_count))
+        let stored = self.write_fenced(|dao| {
+            let rec = load(dao, &attempt.execution_id)?;
+            let carried = Carried {
+                result_json: Some(result_json),
+                external_id,
+                ..Carried::default()
+            };
+            if let Some(stale) =
+                self.check_fence(dao, &rec, attempt, true, EvidenceKind::Commit, &carried, now)?
+            {
+                return Ok(Fenced::Refused(stale));
+            }
+            let fence = (attempt, true);
+            Ok(Fenced::Done(self.commit_in(
+                dao,
+                &rec,
+                Some(fence),
+                result_json,
+                external_id,
+                false,
+                now,
+            )?))
         })?;
-        self.remember_commit(id, attempt);
+        self.remember_commit(&attempt.execution_id, attempt.attempt);
         Ok(stored)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn commit_in(
         &self,
         dao: &Dao<'_>,
         rec: &ExecutionRecord,
+        fence: Option<(&AttemptId, bool)>,
         result_json: &str,
         external_id: Option<&str>,
+        partial: bool,
         now: i64,
     ) -> Result<StoredResult> {
         if rec.status.is_committed() {
             let same_result = rec.result_json.as_deref() == Some(result_json);
             let same_ext = external_id.is_none() || rec.external_id.as_deref() == external_id;
             return if same_result && same_ext {
-                Ok(stored(rec))
+                Ok(StoredResult::of(rec))
             } else {
                 Err(Error::AlreadyCommitted(rec.execution_id.clone()))
             };
@@ -202,13 +316,20 @@ impl Ledger {
                 return Err(Error::AlreadyCommitted(rec.execution_id.clone()));
             }
         }
+        let transition = if rec.status == ExecutionStatus::FailedBeforeCommit {
+            Transition::SettlePartial
+        } else {
+            Transition::Commit
+        };
         self.step(
             dao,
             rec,
-            Transition::Commit,
+            transition,
+            fence,
             StatusFields {
                 result_json: Some(result_json),
                 external_id,
+                partial,
                 ..StatusFields::default()
             },
             now,
@@ -226,6 +347,7 @@ impl Ledger {
             external_id: external_id
                 .map(str::to_owned)
                 .or_else(|| rec.external_id.clone()),
+            partial,
         })
     }
 
@@ -234,20 +356,31 @@ impl Ledger {
     /// `begin` runs it again under the same key.
     ///
     /// # Errors
-    /// [`Error::InvalidTransition`] unless `executing`; [`Error::NotFound`].
+    /// [`Error::StaleAttempt`]; [`Error::InvalidTransition`] unless
+    /// `executing`; [`Error::NotFound`].
     pub fn fail_before_commit(
         &self,
-        id: &ExecutionId,
+        attempt: &AttemptId,
         reason: &str,
         retryable: bool,
     ) -> Result<()> {
         let now = self.now();
-        self.write(Durability::Full, |dao| {
-            let rec = load(dao, id)?;
+        self.write_fenced(|dao| {
+            let rec = load(dao, &attempt.execution_id)?;
+            let carried = Carried {
+                reason: Some(reason),
+                ..Carried::default()
+            };
+            if let Some(stale) =
+                self.check_fence(dao, &rec, attempt, true, EvidenceKind::Fail, &carried, now)?
+            {
+                return Ok(Fenced::Refused(stale));
+            }
             self.step(
                 dao,
                 &rec,
                 Transition::FailBeforeCommit,
+                Some((attempt, true)),
                 StatusFields {
                     reason: Some(reason),
                     retryable: Some(retryable),
@@ -255,46 +388,85 @@ impl Ledger {
                 },
                 now,
             )?;
-            Ok(())
+            Ok(Fenced::Done(()))
         })
     }
 
     /// Records that the request may have reached the downstream (timeout,
-    /// dropped connection). Leaves only through reconciliation.
+    /// dropped connection). Leaves only through reconciliation. Returns when
+    /// (boot clock) the outcome became unknown: a lookup's "not found" only
+    /// counts once the tool's landing window has passed since then.
     ///
     /// # Errors
-    /// [`Error::InvalidTransition`] unless `executing`; [`Error::NotFound`].
-    pub fn mark_outcome_unknown(&self, id: &ExecutionId, reason: &str) -> Result<()> {
+    /// [`Error::StaleAttempt`]; [`Error::InvalidTransition`] unless
+    /// `executing`; [`Error::NotFound`].
+    pub fn mark_outcome_unknown(&self, attempt: &AttemptId, reason: &str) -> Result<Monotonic> {
         let now = self.now();
-        self.write(Durability::Full, |dao| {
-            let rec = load(dao, id)?;
+        let mono = self.clock.monotonic();
+        self.write_fenced(|dao| {
+            let rec = load(dao, &attempt.execution_id)?;
+            let carried = Carried {
+                reason: Some(reason),
+                ..Carried::default()
+            };
+            if let Some(stale) =
+                self.check_fence(dao, &rec, attempt, true, EvidenceKind::Unknown, &carried, now)?
+            {
+                return Ok(Fenced::Refused(stale));
+            }
             self.step(
                 dao,
                 &rec,
                 Transition::MarkUnknown,
+                Some((attempt, true)),
                 StatusFields {
                     reason: Some(reason),
+                    unknown_since: Some(&mono),
                     ..StatusFields::default()
                 },
                 now,
             )?;
-            Ok(())
+            Ok(Fenced::Done(mono.clone()))
         })
     }
 
-    /// Resolves an `outcome_unknown` execution: commit what was found, retry
-    /// under the same key, or record it as failed.
+    /// Resolves attempt `attempt`'s unknown outcome: commit what was found,
+    /// retry under the same key, or record it as failed. Any session (or the
+    /// app, after asking the user) may resolve; the attempt must still be the
+    /// execution's current one. A retry never starts in a cancelled
+    /// operation (it is recorded as cancelled), and a batch whose items
+    /// committed is never recorded as failed (it is the partial commit it is).
     ///
     /// # Errors
-    /// [`Error::InvalidTransition`] unless `outcome_unknown` (a committed one
-    /// is never changed), [`Error::Json`] for a found result that is not JSON.
-    pub fn resolve_unknown(&self, id: &ExecutionId, resolution: Resolution) -> Result<Resolved> {
+    /// [`Error::StaleAttempt`]; [`Error::InvalidTransition`] unless
+    /// `outcome_unknown` (a committed one is never changed), [`Error::Json`]
+    /// for a found result that is not JSON.
+    pub fn resolve_unknown(&self, attempt: &AttemptId, resolution: Resolution) -> Result<Resolved> {
         if let Resolution::Found { result_json, .. } = &resolution {
             canonicalize(result_json, &self.config.json_limits)?;
         }
         let now = self.now();
-        self.write(Durability::Full, |dao| {
+        let id = &attempt.execution_id;
+        self.write_fenced(|dao| {
             let rec = load(dao, id)?;
+            let carried = match &resolution {
+                Resolution::Found {
+                    result_json,
+                    external_id,
+                } => Carried {
+                    result_json: Some(result_json),
+                    external_id: external_id.as_deref(),
+                    ..Carried::default()
+                },
+                _ => Carried::default(),
+            };
+            let kind = match resolution {
+                Resolution::Found { .. } => EvidenceKind::Commit,
+                _ => EvidenceKind::Fail,
+            };
+            if let Some(stale) = self.check_fence(dao, &rec, attempt, false, kind, &carried, now)? {
+                return Ok(Fenced::Refused(stale));
+            }
             if rec.status != ExecutionStatus::OutcomeUnknown {
                 return Err(Error::InvalidTransition {
                     execution_id: id.clone(),
@@ -306,82 +478,86 @@ impl Ledger {
                     },
                 });
             }
-            match &resolution {
+            let fence = Some((attempt, false));
+            let resolved = match &resolution {
                 Resolution::Found {
                     result_json,
                     external_id,
-                } => Ok(Resolved::Committed(self.commit_in(
+                } => Resolved::Committed(self.commit_in(
                     dao,
                     &rec,
+                    fence,
                     result_json,
                     external_id.as_deref(),
+                    false,
                     now,
-                )?)),
-                Resolution::NotFoundRetry => Ok(Resolved::Retry(self.start_attempt(
-                    dao,
-                    &rec,
-                    Transition::Retry,
-                    now,
-                )?)),
-                Resolution::NotFoundAbandon { reason } => {
-                    self.step(
-                        dao,
-                        &rec,
-                        Transition::FailBeforeCommit,
-                        StatusFields {
-                            reason: Some(reason),
-                            retryable: Some(false),
-                            ..StatusFields::default()
-                        },
-                        now,
-                    )?;
-                    Ok(Resolved::Failed)
+                )?),
+                Resolution::NotFoundRetry if op_cancelled(dao, &rec.operation_id)? => {
+                    self.end_not_found(dao, &rec, "not found downstream after cancellation", now)?
                 }
-            }
+                Resolution::NotFoundRetry => {
+                    Resolved::Retry(self.start_attempt(dao, &rec, Transition::Retry, now)?)
+                }
+                Resolution::NotFoundAbandon { reason } => {
+                    self.end_not_found(dao, &rec, reason, now)?
+                }
+            };
+            Ok(Fenced::Done(resolved))
         })
     }
 
-    /// Marks results as handed to the model. Lazy: the marks are checked
-    /// now (one read) and written with the next write of this ledger — the
-    /// next `begin` or `commit` carries them in its own transaction, at no
-    /// extra sync —, or by a lazy write before any read that reports statuses
-    /// ([`Ledger::get`], [`Ledger::list`], [`Ledger::recover`], …), by
-    /// [`Ledger::suspend`], or when the ledger is dropped. Losing them (the
-    /// process dies first) only replays the stored result. Already-delivered
-    /// ids are skipped.
-    ///
-    /// # Errors
-    /// [`Error::InvalidTransition`] for an id that has not committed (nothing
-    /// of the batch is marked then), [`Error::NotFound`].
-    pub fn mark_delivered(&self, ids: &[ExecutionId]) -> Result<()> {
-        // Results committed through this ledger a moment ago (the usual
-        // case) are known to be committed or delivered: no read needed.
-        let now = self.now();
-        if let Some(marks) = self.marks_from_recent_commits(ids, now) {
-            return self.queue_deliveries(marks);
+    /// An unknown outcome found absent, not to be retried: a batch whose
+    /// items committed is settled as partial; otherwise failed before commit
+    /// and, in a cancelled operation, cancelled.
+    fn end_not_found(
+        &self,
+        dao: &Dao<'_>,
+        rec: &ExecutionRecord,
+        reason: &str,
+        now: i64,
+    ) -> Result<Resolved> {
+        if dao.has_batch_items(&rec.execution_id)? {
+            return Ok(Resolved::Partial(self.settle_partial(
+                dao,
+                rec,
+                None,
+                Some(reason),
+                now,
+            )?));
         }
-        let marks = self.store.read(|dao| {
-            let mut marks = Vec::with_capacity(ids.len());
-            for id in ids {
-                let (status, attempt) = dao
-                    .status_and_attempt(id)?
-                    .ok_or_else(|| Error::NotFound(id.clone()))?;
-                if status != ExecutionStatus::ResultDelivered {
-                    check_transition(status, Transition::Deliver)
-                        .map_err(|e| Error::transition(id, e))?;
-                    marks.push(DeliveryMark {
-                        execution_id: id.clone(),
-                        attempt,
-                        at_ms: now,
-                    });
-                }
-            }
-            Ok::<_, Error>(marks)
-        })?;
-        self.queue_deliveries(marks)
+        self.step(
+            dao,
+            rec,
+            Transition::FailBeforeCommit,
+            None,
+            StatusFields {
+                reason: Some(reason),
+                retryable: Some(false),
+                ..StatusFields::default()
+            },
+            now,
+        )?;
+        if op_cancelled(dao, &rec.operation_id)? {
+            let failed = load(dao, &rec.execution_id)?;
+            self.step(
+                dao,
+                &failed,
+                Transition::Cancel,
+                None,
+                StatusFields {
+                    reason: Some("operation cancelled"),
+                    ..StatusFields::default()
+                },
+                now,
+            )?;
+            return Ok(Resolved::Cancelled);
+        }
+        Ok(Resolved::Failed)
     }
 
-    /// Cancels one execution if nothing can have reached the downstream.
+    /// Cancels one execution if nothing can have reached the downstream. A
+    /// batch whose items committed is recorded as the partial commit it is
+    /// (`AlreadyCommitted`).
     ///
     /// # Errors
     /// [`Error::NotFound`], storage errors.
@@ -393,14 +569,25 @@ impl Ledger {
         })
     }
 
-    fn cancel_in(&self, dao: &Dao<'_>, rec: &ExecutionRecord, now: i64) -> Result<CancelOutcome> {
+    pub(super) fn cancel_in(
+        &self,
+        dao: &Dao<'_>,
+        rec: &ExecutionRecord,
+        now: i64,
+    ) -> Result<CancelOutcome> {
         use ExecutionStatus as S;
         Ok(match rec.status {
+            S::FailedBeforeCommit if dao.has_batch_items(&rec.execution_id)? => {
+                let reason = rec.last_reason.clone();
+                self.settle_partial(dao, rec, None, reason.as_deref(), now)?;
+                CancelOutcome::AlreadyCommitted
+            }
             S::Prepared | S::Approved | S::FailedBeforeCommit => {
                 self.step(
                     dao,
                     rec,
                     Transition::Cancel,
+                    None,
                     StatusFields {
                         reason: Some("cancelled"),
                         ..StatusFields::default()
@@ -416,10 +603,12 @@ impl Ledger {
     }
 
     /// Cancels an operation: every execution that cannot have run is
-    /// cancelled; no new call is begun in it. If any execution committed the
-    /// operation becomes `cancelled_after_side_effect` (the effect stays; undo
-    /// it with [`Ledger::compensate`]); executions still running keep their
-    /// status and move the operation there if they commit later.
+    /// cancelled; no new call is begun in it and no attempt starts in it
+    /// again. It becomes `cancelled_after_side_effect` as soon as any effect
+    /// may exist — an execution committed (or a batch committed some items),
+    /// or one is running or has an unknown outcome; those keep their status
+    /// and finish honestly. Undo a committed effect with
+    /// [`Ledger::compensate`].
     ///
     /// # Errors
     /// Storage errors.
@@ -427,11 +616,15 @@ impl Ledger {
         let now = self.now();
         self.write(Durability::Full, |dao| {
             dao.ensure_operation(op, now)?;
-            let mut committed = false;
+            let mut effect_possible = false;
             for rec in dao.executions_of(op)? {
-                committed |= self.cancel_in(dao, &rec, now)? == CancelOutcome::AlreadyCommitted;
+                let outcome = self.cancel_in(dao, &rec, now)?;
+                effect_possible |= matches!(
+                    outcome,
+                    CancelOutcome::AlreadyCommitted | CancelOutcome::NotCancellable
+                );
             }
-            let status = if committed {
+            let status = if effect_possible {
                 OperationStatus::CancelledAfterSideEffect
             } else {
                 OperationStatus::Cancelled
@@ -456,6 +649,14 @@ impl Ledger {
     }
 }
 
+/// True when the operation was cancelled.
+pub(super) fn op_cancelled(dao: &Dao<'_>, op: &OperationId) -> Result<bool> {
+    Ok(matches!(
+        dao.operation_status(op)?,
+        Some(OperationStatus::Cancelled | OperationStatus::CancelledAfterSideEffect)
+    ))
+}
+
 fn check_digest(rec: &ExecutionRecord, digest: &ArgsDigest) -> Result<()> {
     if &rec.args_digest == digest {
         Ok(())
@@ -465,13 +666,5 @@ fn check_digest(rec: &ExecutionRecord, digest: &ArgsDigest) -> Result<()> {
             stored: rec.args_digest.clone(),
             given: digest.clone(),
         })
-    }
-}
-
-fn stored(rec: &ExecutionRecord) -> StoredResult {
-    StoredResult {
-        execution_id: rec.execution_id.clone(),
-        result_json: rec.result_json.clone().unwrap_or_default(),
-        external_id: rec.external_id.clone(),
     }
 }

@@ -4,10 +4,45 @@
 //! their digests match. The digest is SHA-256 over the RFC 8785 canonical JSON
 //! of `{"args": <arguments>, "tool": <name>, "version": <n>}`, so key order,
 //! whitespace and number spelling (`2.0` vs `2`) do not matter, while any real
-//! change of the arguments, the tool or its version does.
+//! change of the arguments, the tool or its version does. Numbers are
+//! compared by their exact decimal value (see [`super::canonical`]): two
+//! argument objects that differ in any digit never share a digest.
+//!
+//! Schema version 3 digested numbers as IEEE-754 doubles
+//! ([`DigestScheme::NearestDouble`]); records it stored keep that scheme and
+//! are compared with it, so a replay of such a call still replays. New
+//! records use [`DigestScheme::Exact`].
 
-use super::canonical::{canonicalize, write_json_string, JsonError, JsonLimits};
+use super::canonical::{canonicalize, canonicalize_legacy, write_json_string, JsonError, JsonLimits};
 use super::ids::ArgsDigest;
+
+/// How a stored digest was computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DigestScheme {
+    /// Numbers read as IEEE-754 doubles (schema version 3 and before).
+    NearestDouble,
+    /// Numbers by their exact decimal value (every record since version 4).
+    Exact,
+}
+
+impl DigestScheme {
+    /// The integer stored in the database (`NULL` / 1 for
+    /// [`DigestScheme::NearestDouble`], 2 for [`DigestScheme::Exact`]).
+    pub fn as_i64(self) -> i64 {
+        match self {
+            DigestScheme::NearestDouble => 1,
+            DigestScheme::Exact => 2,
+        }
+    }
+
+    /// The scheme of a stored integer (a missing value is a version 3 record).
+    pub fn from_stored(value: Option<i64>) -> DigestScheme {
+        match value {
+            Some(2) => DigestScheme::Exact,
+            _ => DigestScheme::NearestDouble,
+        }
+    }
+}
 
 /// Arguments in canonical form together with their digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +66,25 @@ pub fn digest_arguments(
     arguments: &str,
     limits: &JsonLimits,
 ) -> Result<CanonicalArgs, JsonError> {
-    let json = canonicalize(arguments, limits)?;
+    digest_with(DigestScheme::Exact, tool_name, tool_version, arguments, limits)
+}
+
+/// [`digest_arguments`] under a given scheme (to compare a new call with a
+/// record stored under [`DigestScheme::NearestDouble`]).
+///
+/// # Errors
+/// As [`digest_arguments`].
+pub fn digest_with(
+    scheme: DigestScheme,
+    tool_name: &str,
+    tool_version: u32,
+    arguments: &str,
+    limits: &JsonLimits,
+) -> Result<CanonicalArgs, JsonError> {
+    let json = match scheme {
+        DigestScheme::Exact => canonicalize(arguments, limits)?,
+        DigestScheme::NearestDouble => canonicalize_legacy(arguments, limits)?,
+    };
     // Keys in canonical (UTF-16) order: "args" < "tool" < "version".
     let mut doc = String::with_capacity(json.len() + tool_name.len() + 40);
     doc.push_str("{\"args\":");
@@ -70,6 +123,26 @@ mod tests {
         assert_ne!(base, d("pay", 2, r#"{"amount":10}"#).digest);
         assert_ne!(base, d("refund", 1, r#"{"amount":10}"#).digest);
         assert_ne!(base, d("pay", 1, r#"{"amount":11}"#).digest);
+    }
+
+    #[test]
+    fn every_digit_counts_but_spelling_does_not() {
+        let a = d("pay", 1, r#"{"account":12345678901234567}"#);
+        let b = d("pay", 1, r#"{"account":12345678901234568}"#);
+        assert_ne!(a.digest, b.digest);
+        assert_eq!(a.json, r#"{"account":12345678901234567}"#);
+        let legacy = |args: &str| {
+            digest_with(DigestScheme::NearestDouble, "pay", 1, args, &JsonLimits::default())
+                .unwrap()
+                .digest
+        };
+        // Version 3 could not tell them apart; records it stored keep that.
+        assert_eq!(
+            legacy(r#"{"account":12345678901234567}"#),
+            legacy(r#"{"account":12345678901234568}"#)
+        );
+        // For ordinary numbers both schemes give the same digest.
+        assert_eq!(legacy(r#"{"amount":12.5,"n":3}"#), d("pay", 1, r#"{"n":3.0,"amount":12.50}"#).digest);
     }
 
     #[test]

@@ -19,6 +19,29 @@ use sha2::{Digest, Sha256};
 /// Longest accepted component (operation id, call id, tool name), in bytes.
 pub const MAX_COMPONENT_BYTES: usize = 256;
 
+/// Longest execution id accepted anywhere (the one limit: `begin` refuses to
+/// derive a longer one, and every later call — through the bindings too —
+/// accepts every id `begin` handed out).
+pub const MAX_EXECUTION_ID_BYTES: usize = 2048;
+
+/// Room kept under [`MAX_EXECUTION_ID_BYTES`] for a batch item's
+/// `#item_<n>` suffix, so that every item id of a valid id is valid too.
+const ITEM_SUFFIX_ROOM: usize = 16;
+
+/// The longest id `derive` and `compensation` produce.
+const MAX_DERIVED_ID_BYTES: usize = MAX_EXECUTION_ID_BYTES - ITEM_SUFFIX_ROOM;
+
+fn check_derived(id: String) -> Result<ExecutionId, IdError> {
+    if id.len() > MAX_DERIVED_ID_BYTES {
+        return Err(IdError::TooLong {
+            component: "execution id",
+            len: id.len(),
+            max: MAX_DERIVED_ID_BYTES,
+        });
+    }
+    Ok(ExecutionId(id))
+}
+
 /// Why an identifier was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -203,16 +226,19 @@ impl ExecutionId {
         escape_component(&mut id, parts.tool_name);
         id.push_str(":v");
         id.push_str(&parts.tool_version.to_string());
-        Ok(ExecutionId(id))
+        check_derived(id)
     }
 
     /// The id of a compensation of `original`, performed by the call whose own
     /// id is `own`: `<own>:compensates:<original, escaped>`.
-    pub fn compensation(own: &ExecutionId, original: &ExecutionId) -> ExecutionId {
+    ///
+    /// # Errors
+    /// [`IdError::TooLong`] when the result would exceed the id limit.
+    pub fn compensation(own: &ExecutionId, original: &ExecutionId) -> Result<ExecutionId, IdError> {
         let mut id = own.0.clone();
         id.push_str(":compensates:");
         escape_component(&mut id, &original.0);
-        ExecutionId(id)
+        check_derived(id)
     }
 
     /// The id of item `index` of an independent batch: `<id>#item_<index>`.
@@ -224,12 +250,12 @@ impl ExecutionId {
     /// handed back by the app).
     ///
     /// # Errors
-    /// [`IdError::Malformed`] for an empty or over-long string or one with
-    /// control characters.
+    /// [`IdError::Malformed`] for an empty string, one longer than
+    /// [`MAX_EXECUTION_ID_BYTES`] or one with control characters.
     pub fn parse(value: impl Into<String>) -> Result<ExecutionId, IdError> {
         let value = value.into();
         if value.is_empty()
-            || value.len() > 8 * MAX_COMPONENT_BYTES
+            || value.len() > MAX_EXECUTION_ID_BYTES
             || value.contains(char::is_control)
         {
             return Err(IdError::Malformed {
@@ -371,10 +397,9 @@ mod tests {
         let inside = |id: &ExecutionId| start.as_str() <= id.as_str() && id.as_str() < end.as_str();
         let own = id("a:b", 7, "c", "t", 1);
         assert!(inside(&own));
-        assert!(inside(&ExecutionId::compensation(
-            &own,
-            &id("x", 0, "c", "t", 1)
-        )));
+        assert!(inside(
+            &ExecutionId::compensation(&own, &id("x", 0, "c", "t", 1)).unwrap()
+        ));
         for other in ["a", "a:", "a:b:c", "a%3Ab", "a:bc", "a:b;", "a:b%3A"] {
             assert!(!inside(&id(other, 0, "c", "t", 1)), "{other}");
         }
@@ -440,11 +465,45 @@ mod tests {
     fn compensation_ids_are_linked_and_distinct() {
         let orig = id("op", 1, "c1", "pay", 1);
         let own = id("op", 2, "c9", "refund", 1);
-        let comp = ExecutionId::compensation(&own, &orig);
+        let comp = ExecutionId::compensation(&own, &orig).unwrap();
         assert_eq!(
             comp.as_str(),
             "op:round_2:c9:refund:v1:compensates:op%3Around_1%3Ac1%3Apay%3Av1"
         );
+    }
+
+    #[test]
+    fn every_id_begin_can_derive_is_accepted_back() {
+        // Components at their limit, full of characters that escape to three
+        // bytes: the derived id is refused if it would be too long, and
+        // anything derived parses back (as an item id too).
+        let worst = ":".repeat(MAX_COMPONENT_BYTES);
+        let op = OperationId::new(worst.clone()).unwrap();
+        let derived = ExecutionId::derive(&ExecutionIdParts {
+            operation: &op,
+            round: u32::MAX,
+            call_id: &worst,
+            tool_name: &worst,
+            tool_version: u32::MAX,
+        });
+        assert!(
+            matches!(derived, Err(IdError::TooLong { component: "execution id", .. })),
+            "{derived:?}"
+        );
+        let ok = ExecutionId::derive(&ExecutionIdParts {
+            operation: &op,
+            round: u32::MAX,
+            call_id: &worst,
+            tool_name: "t",
+            tool_version: u32::MAX,
+        })
+        .unwrap();
+        assert!(ExecutionId::parse(ok.as_str()).is_ok());
+        assert!(ExecutionId::parse(ok.batch_item(u32::MAX).as_str()).is_ok());
+        // A compensation of a long id is refused, never handed out too long.
+        let long = ExecutionId::parse("x".repeat(MAX_DERIVED_ID_BYTES)).unwrap();
+        assert!(ExecutionId::compensation(&ok, &long).is_err());
+        assert!(ExecutionId::parse("x".repeat(MAX_EXECUTION_ID_BYTES + 1)).is_err());
     }
 
     #[test]

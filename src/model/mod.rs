@@ -6,16 +6,18 @@ pub mod call;
 pub mod canonical;
 pub mod digest;
 pub mod ids;
+pub mod monotonic;
 pub mod record;
 pub mod status;
 
 pub use call::{Provider, ToolCall};
 pub use canonical::{JsonError, JsonLimits};
-pub use digest::{digest_arguments, CanonicalArgs};
+pub use digest::{digest_arguments, digest_with, CanonicalArgs, DigestScheme};
 pub use ids::{
     ArgsDigest, DownstreamKey, ExecutionId, ExecutionIdParts, IdError, OperationId, SessionId,
 };
-pub use record::{ExecutionRecord, TransitionEntry};
+pub use monotonic::Monotonic;
+pub use record::{EvidenceEntry, ExecutionRecord, TransitionEntry};
 pub use status::{
-    check_transition, ExecutionStatus, InvalidTransition, OperationStatus, Transition,
+    check_transition, ExecutionStatus, InvalidTransition, Move, OperationStatus, Transition,
 };

@@ -1,7 +1,9 @@
 //! What the ledger knows about one execution, as read back from storage.
 
 use super::call::Provider;
+use super::digest::DigestScheme;
 use super::ids::{ArgsDigest, DownstreamKey, ExecutionId, OperationId, SessionId};
+use super::monotonic::Monotonic;
 use super::status::ExecutionStatus;
 
 /// One stored execution. Argument and result values are here because replay
@@ -26,7 +28,11 @@ pub struct ExecutionRecord {
     pub tool_version: u32,
     /// Digest of the canonical arguments.
     pub args_digest: ArgsDigest,
-    /// The canonical arguments (RFC 8785 JSON).
+    /// How `args_digest` was computed (records of schema version 3 read
+    /// numbers as doubles).
+    pub digest_scheme: DigestScheme,
+    /// The arguments as the model sent them (validated JSON, not rewritten;
+    /// records of schema version 3 hold their canonical form).
     pub args_json: String,
     /// The idempotency key sent downstream on every attempt.
     pub downstream_key: DownstreamKey,
@@ -34,12 +40,19 @@ pub struct ExecutionRecord {
     pub requires_approval: bool,
     /// Current status.
     pub status: ExecutionStatus,
-    /// How many attempts have started (0 before the first).
+    /// How many attempts have started (0 before the first); the current
+    /// attempt's number, and with `owner_session` its fencing token.
     pub attempt_count: u32,
-    /// The session that owns an `executing` row.
+    /// The session that started the current attempt (the owner while it is
+    /// `executing`; kept after, so a late answer can be checked against it).
     pub owner_session: Option<SessionId>,
-    /// When that ownership lapses (milliseconds since the Unix epoch).
-    pub lease_deadline_ms: Option<i64>,
+    /// For `outcome_unknown`: when (boot clock) the current attempt's
+    /// outcome became unknown. A lookup's "not found" counts as absent only
+    /// once the tool's landing window has passed since then.
+    pub unknown_since: Option<Monotonic>,
+    /// True for an independent batch committed in part (its result says
+    /// which items happened and which did not).
+    pub partial: bool,
     /// The downstream's own id for the effect (payment id, event id, job id).
     pub external_id: Option<String>,
     /// The stored result JSON, once committed.
@@ -65,6 +78,37 @@ impl std::fmt::Debug for ExecutionRecord {
             .field("status", &self.status)
             .field("attempt_count", &self.attempt_count)
             .field("args_digest", &self.args_digest)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a stale attempt learnt and could not record as the execution's own
+/// (its attempt had been superseded): kept, never dropped, since it may be
+/// the only trace of a real effect.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EvidenceEntry {
+    /// The stale attempt.
+    pub attempt: u32,
+    /// What it tried to record: `commit`, `fail`, `unknown`, `external_id`,
+    /// `batch_item` or `job`.
+    pub kind: String,
+    /// Its result (for `commit` and `batch_item`).
+    pub result_json: Option<String>,
+    /// The downstream's id it reported.
+    pub external_id: Option<String>,
+    /// Its reason (failures, unknown outcomes).
+    pub reason: Option<String>,
+    /// The batch item it concerned.
+    pub item_index: Option<u32>,
+}
+
+impl std::fmt::Debug for EvidenceEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Results and external ids may hold personal data: never printed.
+        f.debug_struct("EvidenceEntry")
+            .field("attempt", &self.attempt)
+            .field("kind", &self.kind)
+            .field("item_index", &self.item_index)
             .finish_non_exhaustive()
     }
 }

@@ -1,8 +1,9 @@
 //! The execution state machine: statuses and the one table of allowed moves.
 //!
-//! Every status change in the ledger goes through [`check_transition`]; the
-//! store never sets a status column without it. The table is the whole
-//! lifecycle on one screen:
+//! Every status change in the ledger goes through [`Move::check`]; the store
+//! only writes a status from a [`Move`], which nothing else can construct, so
+//! no write can bypass the table. The table is the whole lifecycle on one
+//! screen:
 //!
 //! ```text
 //! prepared ──► approved ──► executing ──► committed ──► result_delivered
@@ -11,6 +12,9 @@
 //!    ├──► cancelled_before_commit   └──► failed_before_commit (provably absent)
 //!    └──► executing (no approval)
 //!                              └──► failed_before_commit ──► executing (retry, same key)
+//!                                        │
+//!                                        └──► committed (settle_partial: an independent
+//!                                             batch whose items committed)
 //! ```
 //!
 //! Nothing leaves `committed` except towards `result_delivered`, and nothing
@@ -129,6 +133,10 @@ pub enum Transition {
     /// executing → failed_before_commit, or outcome_unknown →
     /// failed_before_commit when reconciliation proved the effect absent.
     FailBeforeCommit,
+    /// failed_before_commit → committed: an independent batch some of whose
+    /// items committed is recorded as the partial commit it is (which items
+    /// happened, which did not), never as "nothing happened".
+    SettlePartial,
 }
 
 impl Transition {
@@ -144,6 +152,7 @@ impl Transition {
             Transition::Deliver => "deliver",
             Transition::MarkUnknown => "mark_unknown",
             Transition::FailBeforeCommit => "fail_before_commit",
+            Transition::SettlePartial => "settle_partial",
         }
     }
 }
@@ -181,9 +190,54 @@ const TABLE: &[(ExecutionStatus, Transition, ExecutionStatus)] = {
         ),
         (S::FailedBeforeCommit, T::Retry, S::Executing),
         (S::FailedBeforeCommit, T::Cancel, S::CancelledBeforeCommit),
+        (S::FailedBeforeCommit, T::SettlePartial, S::Committed),
         (S::Committed, T::Deliver, S::ResultDelivered),
     ]
 };
+
+/// One allowed move, checked against the table. The only way to build one is
+/// [`Move::check`], and the store writes statuses only from a `Move`: a
+/// status write that skips the table does not compile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a checked move must be written, or the refusal reported"]
+pub struct Move {
+    from: ExecutionStatus,
+    transition: Transition,
+    to: ExecutionStatus,
+}
+
+impl Move {
+    /// Checks `transition` from `from` against the table.
+    ///
+    /// # Errors
+    /// [`InvalidTransition`] for every `(from, transition)` not in the table.
+    pub fn check(from: ExecutionStatus, transition: Transition) -> Result<Move, InvalidTransition> {
+        TABLE
+            .iter()
+            .find(|(f, t, _)| *f == from && *t == transition)
+            .map(|&(from, transition, to)| Move {
+                from,
+                transition,
+                to,
+            })
+            .ok_or(InvalidTransition { from, transition })
+    }
+
+    /// The status the execution must be in.
+    pub fn from(&self) -> ExecutionStatus {
+        self.from
+    }
+
+    /// The move's name.
+    pub fn transition(&self) -> Transition {
+        self.transition
+    }
+
+    /// The status it leads to.
+    pub fn to(&self) -> ExecutionStatus {
+        self.to
+    }
+}
 
 /// Checks one move against the table and returns the status it leads to.
 ///
@@ -194,11 +248,7 @@ pub fn check_transition(
     from: ExecutionStatus,
     transition: Transition,
 ) -> Result<ExecutionStatus, InvalidTransition> {
-    TABLE
-        .iter()
-        .find(|(f, t, _)| *f == from && *t == transition)
-        .map(|(_, _, to)| *to)
-        .ok_or(InvalidTransition { from, transition })
+    Move::check(from, transition).map(|m| m.to())
 }
 
 /// Where one operation (conversation turn / workflow) stands.
@@ -251,7 +301,7 @@ mod tests {
     use ExecutionStatus as S;
     use Transition as T;
 
-    const ALL_TRANSITIONS: [Transition; 9] = [
+    const ALL_TRANSITIONS: [Transition; 10] = [
         T::Approve,
         T::Reject,
         T::Cancel,
@@ -261,6 +311,7 @@ mod tests {
         T::Deliver,
         T::MarkUnknown,
         T::FailBeforeCommit,
+        T::SettlePartial,
     ];
 
     #[test]
@@ -284,6 +335,7 @@ mod tests {
             ),
             (S::FailedBeforeCommit, T::Retry, S::Executing),
             (S::FailedBeforeCommit, T::Cancel, S::CancelledBeforeCommit),
+            (S::FailedBeforeCommit, T::SettlePartial, S::Committed),
             (S::Committed, T::Deliver, S::ResultDelivered),
         ];
         for (from, t, to) in expected {

@@ -10,13 +10,13 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::error::{Error, Result};
 use crate::model::{
-    ArgsDigest, DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus, OperationId,
-    OperationStatus, Provider, SessionId, Transition, TransitionEntry,
+    ArgsDigest, DigestScheme, DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus,
+    Monotonic, Move, OperationId, OperationStatus, Provider, SessionId, TransitionEntry,
 };
 
 /// Queries over one open transaction.
 pub struct Dao<'a> {
-    tx: &'a Connection,
+    pub(super) tx: &'a Connection,
 }
 
 /// A new execution row, written by `begin`.
@@ -52,8 +52,6 @@ pub struct NewExecution<'a> {
     pub attempt_count: u32,
     /// Owner session when `executing`.
     pub owner_session: Option<&'a SessionId>,
-    /// Lease deadline when `executing`.
-    pub lease_deadline_ms: Option<i64>,
     /// The execution this one compensates.
     pub compensates: Option<&'a ExecutionId>,
     /// Now, ms since the epoch.
@@ -77,8 +75,9 @@ macro_rules! execution_columns {
     () => {
         "execution_id, operation_id, round, position, provider, \
     provider_call_id, tool_name, tool_version, args_digest, args_json, downstream_key, \
-    requires_approval, status, attempt_count, owner_session, lease_deadline_ms, external_id, \
-    result_json, last_reason, retryable, compensates, created_ms, updated_ms"
+    requires_approval, status, attempt_count, owner_session, unknown_since_ms, external_id, \
+    result_json, last_reason, retryable, compensates, created_ms, updated_ms, unknown_boot, \
+    partial, digest_scheme"
     };
 }
 
@@ -93,6 +92,9 @@ fn row_to_record(row: &Row<'_>) -> rusqlite::Result<ExecutionRecord> {
     let status: String = row.get(12)?;
     let owner: Option<String> = row.get(14)?;
     let compensates: Option<String> = row.get(20)?;
+    let unknown_ms: Option<i64> = row.get(15)?;
+    let unknown_boot: Option<String> = row.get(23)?;
+    let partial: Option<i64> = row.get(24)?;
     Ok(ExecutionRecord {
         execution_id: ExecutionId::from_stored(row.get(0)?),
         operation_id: OperationId::from_stored(row.get(1)?),
@@ -103,13 +105,15 @@ fn row_to_record(row: &Row<'_>) -> rusqlite::Result<ExecutionRecord> {
         tool_name: row.get(6)?,
         tool_version: row.get(7)?,
         args_digest: ArgsDigest::from_stored(row.get(8)?),
+        digest_scheme: DigestScheme::from_stored(row.get(25)?),
         args_json: row.get(9)?,
         downstream_key: DownstreamKey::from_stored(row.get(10)?),
         requires_approval: row.get(11)?,
         status: ExecutionStatus::parse(&status).ok_or_else(|| bad(12, "unknown status"))?,
         attempt_count: row.get(13)?,
         owner_session: owner.map(SessionId::from_stored),
-        lease_deadline_ms: row.get(15)?,
+        unknown_since: unknown_ms.map(|ms| Monotonic::new(unknown_boot.unwrap_or_default(), ms)),
+        partial: partial == Some(1),
         external_id: row.get(16)?,
         result_json: row.get(17)?,
         last_reason: row.get(18)?,
@@ -224,9 +228,9 @@ impl<'a> Dao<'a> {
                 "INSERT INTO executions (execution_id, operation_id, round, position, provider,
                     provider_call_id, tool_name, tool_version, args_digest, args_json,
                     downstream_key, requires_approval, status, attempt_count, owner_session,
-                    lease_deadline_ms, compensates, created_ms, updated_ms, history)
+                    compensates, created_ms, updated_ms, history, digest_scheme)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?18, ?19)",
+                    ?17, ?17, ?18, 2)",
             )?
             // Positional parameters: binding by name costs a lookup per value.
             .execute(params![
@@ -245,7 +249,6 @@ impl<'a> Dao<'a> {
                 new.status.as_str(),
                 new.attempt_count,
                 new.owner_session.map(SessionId::as_str),
-                new.lease_deadline_ms,
                 new.compensates.map(ExecutionId::as_str),
                 new.now_ms,
                 // Unflagged: the row sits above the sweep's watermark, where
@@ -267,25 +270,25 @@ impl<'a> Dao<'a> {
         Ok(())
     }
 
-    /// Moves an execution from `from` to `to` (already checked against the
-    /// transition table by the caller) and logs it. Leaving `executing`
-    /// clears the owner and lease; entering it sets them and the attempt.
-    /// Returns false when the row was not in `from` (a lost race).
+    /// Applies one checked [`Move`] and appends it to the log. Entering
+    /// `executing` makes `actor` the owner of the new attempt; entering
+    /// `outcome_unknown` records `change.unknown_since`. With a `fence`, the
+    /// row must also be at that attempt (and owned by that session): the
+    /// fencing token of the attempt that asks. Returns false when the row was
+    /// not in `mv.from()` or the fence did not hold (nothing changed then).
     ///
     /// # Errors
     /// Storage errors, or [`Error::Guard`] if the schema refuses the move.
-    #[allow(clippy::too_many_arguments)]
     pub fn move_status(
         &self,
         id: &ExecutionId,
-        from: ExecutionStatus,
-        transition: Transition,
-        to: ExecutionStatus,
+        mv: Move,
+        fence: Option<Fence<'_>>,
         change: &StatusFields<'_>,
-        session: &SessionId,
+        actor: &SessionId,
         now_ms: i64,
     ) -> Result<bool> {
-        let executing = to == ExecutionStatus::Executing;
+        let to = mv.to();
         let attempt: u32 = match change.attempt {
             Some(a) => a,
             None => self
@@ -297,11 +300,11 @@ impl<'a> Dao<'a> {
         };
         let line = history_line(&LogLine {
             at_ms: now_ms,
-            transition: transition.as_str(),
-            from: Some(from),
+            transition: mv.transition().as_str(),
+            from: Some(mv.from()),
             to,
             attempt,
-            session,
+            session: actor,
             reason: change.reason,
         });
         // Two statements: only a move into a final status touches the
@@ -312,41 +315,94 @@ impl<'a> Dao<'a> {
                 concat!(
                     "UPDATE executions SET status = ?3, updated_ms = ?4,
                     attempt_count = COALESCE(?5, attempt_count),
-                    owner_session = ?6, lease_deadline_ms = ?7,
-                    result_json = COALESCE(?8, result_json),
-                    external_id = COALESCE(?9, external_id),
-                    last_reason = COALESCE(?10, last_reason),
-                    retryable = COALESCE(?11, retryable),
-                    history = history || ?12",
+                    owner_session = COALESCE(?6, owner_session),
+                    unknown_since_ms = ?7, unknown_boot = ?8,
+                    result_json = COALESCE(?9, result_json),
+                    external_id = COALESCE(?10, external_id),
+                    last_reason = COALESCE(?11, last_reason),
+                    retryable = COALESCE(?12, retryable),
+                    partial = COALESCE(?13, partial),
+                    history = history || ?14",
                     $extra,
-                    " WHERE execution_id = ?1 AND status = ?2"
+                    " WHERE execution_id = ?1 AND status = ?2
+                      AND (?15 IS NULL OR (attempt_count = ?15
+                                           AND (?16 IS NULL OR owner_session = ?16)))"
                 )
             };
         }
         const STAYS: &str = move_sql!("");
         const LEAVES: &str = move_sql!(", needs_attention = NULL");
         let sql = if to.needs_attention() { STAYS } else { LEAVES };
-        // Only `executing` rows have an owner and a lease.
-        let (owner, lease) = if executing {
-            (Some(session.as_str()), change.lease_deadline_ms)
-        } else {
-            (None, None)
-        };
+        // Entering `executing` starts an attempt owned by the actor.
+        let owner = (to == ExecutionStatus::Executing).then_some(actor.as_str());
+        let unknown = change
+            .unknown_since
+            .filter(|_| to == ExecutionStatus::OutcomeUnknown);
         let changed = self.tx.prepare_cached(sql)?.execute(params![
             id.as_str(),
-            from.as_str(),
+            mv.from().as_str(),
             to.as_str(),
             now_ms,
             change.attempt,
             owner,
-            lease,
+            unknown.map(|u| u.ms),
+            unknown.map(|u| &*u.boot_id),
             change.result_json,
             change.external_id,
             change.reason,
             change.retryable,
+            change.partial.then_some(1),
             line,
+            fence.map(|f| f.attempt),
+            fence.and_then(|f| f.session).map(SessionId::as_str),
         ])?;
         Ok(changed != 0)
+    }
+
+    /// Appends a log line that is not a status move (evidence of a stale
+    /// attempt) to an execution's log.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn append_note(
+        &self,
+        id: &ExecutionId,
+        note: &str,
+        status: ExecutionStatus,
+        attempt: u32,
+        actor: &SessionId,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<()> {
+        let line = history_line(&LogLine {
+            at_ms: now_ms,
+            transition: note,
+            from: Some(status),
+            to: status,
+            attempt,
+            session: actor,
+            reason: Some(reason),
+        });
+        self.tx
+            .prepare_cached("UPDATE executions SET history = history || ?2 WHERE execution_id = ?1")?
+            .execute(params![id.as_str(), line])?;
+        Ok(())
+    }
+
+    /// Records when (boot clock) an `outcome_unknown` row's outcome became
+    /// unknown, if no time is recorded yet (rows of schema version 3).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn stamp_unknown(&self, id: &ExecutionId, at: &Monotonic) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "UPDATE executions SET unknown_since_ms = ?2, unknown_boot = ?3
+                 WHERE execution_id = ?1 AND status = 'outcome_unknown'
+                   AND unknown_since_ms IS NULL",
+            )?
+            .execute(params![id.as_str(), at.ms, &*at.boot_id])?;
+        Ok(())
     }
 
     /// Stores the downstream's id for the effect as soon as it is known.
@@ -362,26 +418,6 @@ impl<'a> Dao<'a> {
                  WHERE execution_id = ?1 AND (external_id IS NULL OR external_id = ?2)",
             )?
             .execute(params![id.as_str(), external, now_ms])?;
-        Ok(changed == 1)
-    }
-
-    /// Extends the lease of an `executing` row owned by `session`.
-    ///
-    /// # Errors
-    /// Storage errors.
-    pub fn renew_lease(
-        &self,
-        id: &ExecutionId,
-        session: &SessionId,
-        deadline_ms: i64,
-    ) -> Result<bool> {
-        let changed = self
-            .tx
-            .prepare_cached(
-                "UPDATE executions SET lease_deadline_ms = ?3
-                 WHERE execution_id = ?1 AND status = 'executing' AND owner_session = ?2",
-            )?
-            .execute(params![id.as_str(), session.as_str(), deadline_ms])?;
         Ok(changed == 1)
     }
 
@@ -615,6 +651,17 @@ impl<'a> Dao<'a> {
         Ok(changed == 1)
     }
 
+    /// True when some item of the batch `id` committed.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn has_batch_items(&self, id: &ExecutionId) -> Result<bool> {
+        Ok(self
+            .tx
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM batch_items WHERE execution_id = ?1)")?
+            .query_row([id.as_str()], |r| r.get(0))?)
+    }
+
     /// The completed items of a batch: `(index, result JSON, external id)`.
     ///
     /// # Errors
@@ -768,13 +815,26 @@ fn unescape_reason(text: &str) -> String {
         .replace("%25", "%")
 }
 
+/// The fencing token a step of an attempt carries: the move happens only if
+/// the row is still at this attempt (owned by this session, when given).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence<'a> {
+    /// The attempt number.
+    pub attempt: u32,
+    /// The session that must own it (`None`: any session, e.g. an app
+    /// resolving an unknown outcome).
+    pub session: Option<&'a SessionId>,
+}
+
 /// The columns a status move may set besides the status.
 #[derive(Debug, Clone, Default)]
 pub struct StatusFields<'a> {
     /// New attempt number (entering `executing`).
     pub attempt: Option<u32>,
-    /// New lease deadline (entering `executing`).
-    pub lease_deadline_ms: Option<i64>,
+    /// When the outcome became unknown (entering `outcome_unknown`).
+    pub unknown_since: Option<&'a Monotonic>,
+    /// Marks a committed independent batch as partial.
+    pub partial: bool,
     /// Result JSON (entering `committed`).
     pub result_json: Option<&'a str>,
     /// External id (commit, or found by reconciliation).
@@ -800,6 +860,8 @@ pub struct Tombstone {
     pub args_digest: ArgsDigest,
     /// The terminal status it had when pruned.
     pub final_status: ExecutionStatus,
+    /// How its digest was computed.
+    pub digest_scheme: DigestScheme,
     /// When it was pruned, ms since the Unix epoch.
     pub pruned_ms: i64,
 }
@@ -874,8 +936,16 @@ const NEEDING_ATTENTION: &str = concat!(
 /// The terminal statuses `prune` may remove (a `failed_before_commit` row only
 /// when it is not retryable). Everything else needs attention or may still
 /// run, and is never pruned.
-const PRUNABLE: &str = "status IN ('result_delivered','rejected','cancelled_before_commit')
-        OR (status = 'failed_before_commit' AND retryable IS NOT 1)";
+///
+/// Never prunable, whatever the status: an execution with evidence of a
+/// stale attempt (it may be the only trace of an effect), and one that is not
+/// delivered but has committed batch items (a partial commit of a version 3
+/// ledger recorded as failed or cancelled: its items happened).
+const PRUNABLE: &str = "(status IN ('result_delivered','rejected','cancelled_before_commit')
+        OR (status = 'failed_before_commit' AND retryable IS NOT 1))
+    AND NOT EXISTS (SELECT 1 FROM evidence v WHERE v.execution_id = executions.execution_id)
+    AND (status = 'result_delivered'
+         OR NOT EXISTS (SELECT 1 FROM batch_items b WHERE b.execution_id = executions.execution_id))";
 
 impl Dao<'_> {
     /// The tombstone of a pruned execution, if any.
@@ -885,7 +955,7 @@ impl Dao<'_> {
     pub fn tombstone(&self, id: &ExecutionId) -> Result<Option<Tombstone>> {
         self.tx
             .prepare_cached(
-                "SELECT args_digest, final_status, pruned_ms FROM tombstones
+                "SELECT args_digest, final_status, pruned_ms, digest_scheme FROM tombstones
                  WHERE execution_id = ?1",
             )?
             .query_row([id.as_str()], |r| {
@@ -896,6 +966,7 @@ impl Dao<'_> {
                     final_status: ExecutionStatus::parse(&status)
                         .ok_or_else(|| bad(1, "unknown status"))?,
                     pruned_ms: r.get(2)?,
+                    digest_scheme: DigestScheme::from_stored(r.get(3)?),
                 })
             })
             .optional()
@@ -969,15 +1040,15 @@ impl Dao<'_> {
     ) -> Result<Option<PrunedRows>> {
         let sql = format!(
             "SELECT args_digest, status,
-                    length(history) - length(replace(history, char(10), ''))
+                    length(history) - length(replace(history, char(10), '')), digest_scheme
              FROM executions WHERE execution_id = ?1 AND ({PRUNABLE})"
         );
-        let found: Option<(String, String, u64)> = self
+        let found: Option<(String, String, u64, Option<i64>)> = self
             .tx
             .prepare_cached(&sql)?
-            .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
             .optional()?;
-        let Some((digest, status, log_entries)) = found else {
+        let Some((digest, status, log_entries, scheme)) = found else {
             return Ok(None);
         };
         let delete = |sql: &str| -> Result<u64> {
@@ -994,10 +1065,10 @@ impl Dao<'_> {
             self.tx
                 .prepare_cached(
                     "INSERT OR REPLACE INTO tombstones
-                        (execution_id, args_digest, final_status, pruned_ms)
-                     VALUES (?1, ?2, ?3, ?4)",
+                        (execution_id, args_digest, final_status, pruned_ms, digest_scheme)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
                 )?
-                .execute(params![id.as_str(), digest, status, pruned_ms])?;
+                .execute(params![id.as_str(), digest, status, pruned_ms, scheme])?;
         }
         delete("DELETE FROM executions WHERE execution_id = ?1")?;
         Ok(Some(rows))
@@ -1091,7 +1162,7 @@ impl Dao<'_> {
         );
         let mut stmt = self.tx.prepare_cached(&sql)?;
         let rows = stmt.query_map(params![cursor, limit], |r| {
-            Ok((r.get(23)?, row_to_record(r)?))
+            Ok((r.get(26)?, row_to_record(r)?))
         })?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
@@ -1200,7 +1271,7 @@ impl Dao<'_> {
              INSERT INTO executions (execution_id, operation_id, round, position, provider,
                 provider_call_id, tool_name, tool_version, args_digest, args_json,
                 downstream_key, requires_approval, status, attempt_count, external_id,
-                result_json, created_ms, updated_ms, history)
+                result_json, created_ms, updated_ms, history, digest_scheme)
              SELECT id, op, rnd, pos, 'custom', printf('call_%d', pos), 'send_email', 1,
                 lower(hex(randomblob(32))),
                 printf('{\"subject\":\"Report %d\",\"to\":\"user%d@example.com\"}', i, i),
@@ -1209,7 +1280,7 @@ impl Dao<'_> {
                 printf('%d|start||executing|1|%s' || char(10)
                        || '%d|commit|executing|committed|1|%s' || char(10)
                        || '%d|deliver|committed|result_delivered|1|%s' || char(10),
-                       ?3 + i, ?5, ?3 + i, ?5, ?3 + i + 1, ?5)
+                       ?3 + i, ?5, ?3 + i, ?5, ?3 + i + 1, ?5), 2
              FROM ids",
             params![batch, count, start_ms, result_json, session.as_str()],
         )?;

@@ -58,6 +58,17 @@ pub enum Error {
     /// The store was closed by `suspend()` and not reopened.
     #[error("the store is suspended; call resume() first")]
     Suspended,
+    /// Reopening found a different database at the ledger's path (the file
+    /// was replaced while the ledger was suspended). Nothing was written.
+    #[error("the file at the ledger's path is no longer the database this ledger opened")]
+    DatabaseReplaced,
+    /// The WAL this connection wrote to was deleted under it while it
+    /// committed: another SQLite library in this process opened and closed
+    /// the ledger file. The last write may be lost; the connection was
+    /// reopened. Never open the ledger file with another SQLite (use the
+    /// ledger's backup and export instead).
+    #[error("another SQLite connection in this process closed the ledger file; the last write may be lost")]
+    ForeignConnection,
     /// Any other SQLite error.
     #[error("sqlite error: {0}")]
     Sqlite(rusqlite::Error),

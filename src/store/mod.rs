@@ -12,10 +12,21 @@
 //! [`Durability::Lazy`] writes (delivery marks) switch to `synchronous=NORMAL`
 //! for that one transaction: no fsync, made durable by the next full write or
 //! checkpoint. Losing a lazy write only causes a harmless replay.
+//!
+//! Identity: the path is resolved once at open (absolute, symlinks resolved);
+//! every reconnect uses that path, never creates a file and checks that it
+//! found the same ledger (`meta.ledger_id`). Another SQLite library in the same
+//! process that opens and closes the file drops this connection's POSIX locks
+//! and deletes the WAL it still writes to (the WAL is checkpointed first, so
+//! nothing committed is lost at that moment, but every later commit would
+//! go to a deleted file). Each write checks, before and after, that the WAL on
+//! disk is the one this connection opened; when it is not, the connection is
+//! reopened (before) or the write is reported as possibly lost (after).
 
 mod dao;
 mod error;
 pub mod schema;
+mod sessions;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -23,8 +34,11 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
+pub use sessions::{Evidence, EvidenceKind, SessionRow};
+
 pub use dao::{
-    Dao, DbSize, NewExecution, PruneCandidate, PrunedRows, StatusFields, StoreStats, Tombstone,
+    Dao, DbSize, Fence, NewExecution, PruneCandidate, PrunedRows, StatusFields, StoreStats,
+    Tombstone,
 };
 pub use error::{Error, Result};
 
@@ -63,9 +77,73 @@ enum Location {
 /// The SQLite store. `Send + Sync`; all access is serialised by its mutex.
 #[derive(Debug)]
 pub struct Store {
-    conn: Mutex<Option<Connection>>,
+    conn: Mutex<Option<Open>>,
     location: Location,
     options: StoreOptions,
+    /// `meta.ledger_id` of the database opened first (files only).
+    ledger_id: Option<String>,
+}
+
+/// An open connection and the identity of the WAL file it writes to.
+#[derive(Debug)]
+struct Open {
+    conn: Connection,
+    wal: Option<FileId>,
+}
+
+/// Device and inode of a file (unix), to notice a file replaced under us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+#[cfg(unix)]
+fn file_id(path: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| FileId {
+        dev: m.dev(),
+        ino: m.ino(),
+    })
+}
+
+#[cfg(not(unix))]
+fn file_id(_path: &Path) -> Option<FileId> {
+    None
+}
+
+/// The database's `-wal` file.
+fn wal_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_os_string();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
+/// Resolves a database path once: absolute, symlinks resolved (of the file
+/// when it exists, else of its directory), so every later use — the
+/// sessions directory, a reconnect after `chdir` — names the same file.
+///
+/// # Errors
+/// [`Error::CannotOpen`] when the directory does not exist.
+pub fn resolve_path(path: &Path) -> Result<PathBuf> {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|_| Error::CannotOpen)?
+            .join(path)
+    };
+    match std::fs::canonicalize(&abs) {
+        Ok(resolved) => Ok(resolved),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
+                return Err(Error::CannotOpen);
+            };
+            let parent = std::fs::canonicalize(parent).map_err(|_| Error::CannotOpen)?;
+            Ok(parent.join(name))
+        }
+        Err(_) => Err(Error::CannotOpen),
+    }
 }
 
 impl Store {
@@ -77,12 +155,16 @@ impl Store {
     /// deleted), [`Error::IncompatibleVersion`] for a newer one,
     /// [`Error::CannotOpen`], [`Error::ReadOnly`], [`Error::Busy`].
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
-        let location = Location::File(path.to_path_buf());
-        let conn = connect(&location, &options).map_err(|e| refine_cannot_open(e, path))?;
+        let resolved = resolve_path(path)?;
+        let location = Location::File(resolved.clone());
+        let conn = connect(&location, &options, true).map_err(|e| refine_cannot_open(e, &resolved))?;
+        let ledger_id = dao::Dao::new(&conn).ledger_id()?;
+        let wal = file_id(&wal_path(&resolved));
         Ok(Store {
-            conn: Mutex::new(Some(conn)),
+            conn: Mutex::new(Some(Open { conn, wal })),
             location,
             options,
+            ledger_id,
         })
     }
 
@@ -97,12 +179,13 @@ impl Store {
     /// [`Error::Corrupt`], [`Error::CannotOpen`] (also when SQLite cannot set up
     /// read-only WAL access, e.g. in a read-only directory without `-shm`).
     pub fn open_read_only(path: &Path, options: StoreOptions) -> Result<Store> {
-        let location = Location::ReadOnlyFile(path.to_path_buf());
-        let conn = connect(&location, &options)?;
+        let location = Location::ReadOnlyFile(resolve_path(path)?);
+        let conn = connect(&location, &options, false)?;
         Ok(Store {
-            conn: Mutex::new(Some(conn)),
+            conn: Mutex::new(Some(Open { conn, wal: None })),
             location,
             options,
+            ledger_id: None,
         })
     }
 
@@ -112,15 +195,17 @@ impl Store {
     /// Storage errors from SQLite.
     pub fn open_in_memory() -> Result<Store> {
         let options = StoreOptions::default();
-        let conn = connect(&Location::Memory, &options)?;
+        let conn = connect(&Location::Memory, &options, true)?;
         Ok(Store {
-            conn: Mutex::new(Some(conn)),
+            conn: Mutex::new(Some(Open { conn, wal: None })),
             location: Location::Memory,
             options,
+            ledger_id: None,
         })
     }
 
-    /// The database file's path, `None` for an in-memory store.
+    /// The database file's resolved path (absolute, symlinks resolved),
+    /// `None` for an in-memory store.
     pub fn path(&self) -> Option<&Path> {
         match &self.location {
             Location::File(p) | Location::ReadOnlyFile(p) => Some(p),
@@ -128,11 +213,13 @@ impl Store {
         }
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, Option<Connection>>> {
+    fn lock(&self) -> Result<MutexGuard<'_, Option<Open>>> {
         self.conn.lock().map_err(|_| Error::LockPoisoned)
     }
 
     /// Runs `f` in a deferred (read) transaction that ends before returning.
+    /// A read takes no write lock: it answers while another connection
+    /// writes, on a full disk and on a read-only file.
     ///
     /// # Errors
     /// Whatever `f` returns, or storage errors.
@@ -141,8 +228,8 @@ impl Store {
         f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
         let guard = self.lock()?;
-        let conn = guard.as_ref().ok_or(Error::Suspended)?;
-        run_in_transaction(conn, "BEGIN DEFERRED", f)
+        let open = guard.as_ref().ok_or(Error::Suspended)?;
+        run_in_transaction(&open.conn, "BEGIN DEFERRED", f)
     }
 
     /// Runs `f` in an IMMEDIATE transaction; commits with the requested
@@ -150,13 +237,23 @@ impl Store {
     ///
     /// # Errors
     /// Whatever `f` returns, or storage errors (nothing is written then).
+    /// [`Error::ForeignConnection`] when the WAL was deleted under this
+    /// connection while it committed (another SQLite in the process closed
+    /// the file): the write may not have reached the database file.
     pub fn write<T, E: From<Error>>(
         &self,
         durability: Durability,
         f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
         let mut guard = self.lock()?;
-        let conn = guard.as_mut().ok_or(Error::Suspended)?;
+        if self.wal_replaced(guard.as_ref().ok_or(Error::Suspended)?) {
+            // Nothing of ours is lost yet (the WAL was checkpointed before it
+            // was deleted): start again on a fresh connection.
+            let fresh = self.reconnect()?;
+            *guard = Some(fresh);
+        }
+        let open = guard.as_mut().ok_or(Error::Suspended)?;
+        let conn = &mut open.conn;
         if durability == Durability::Lazy {
             conn.pragma_update(None, "synchronous", "NORMAL")
                 .map_err(Error::from)?;
@@ -169,7 +266,39 @@ impl Store {
                 return Err(Error::from(e).into());
             }
         }
+        if result.is_ok() && self.wal_replaced(open) {
+            // The commit went to a deleted WAL. Reopen (keeping the broken
+            // connection only if reopening fails) and say so.
+            if let Ok(fresh) = self.reconnect() {
+                *guard = Some(fresh);
+            }
+            return Err(Error::ForeignConnection.into());
+        }
         result
+    }
+
+    /// True when the `-wal` file on disk is not the one `open` writes to.
+    fn wal_replaced(&self, open: &Open) -> bool {
+        match (&self.location, open.wal) {
+            (Location::File(path), Some(known)) => file_id(&wal_path(path)) != Some(known),
+            _ => false,
+        }
+    }
+
+    /// A new connection to the same file: never creates it, and checks that
+    /// it is still the ledger opened first.
+    fn reconnect(&self) -> Result<Open> {
+        let conn = connect(&self.location, &self.options, false)?;
+        let wal = match &self.location {
+            Location::File(path) => {
+                if dao::Dao::new(&conn).ledger_id()? != self.ledger_id {
+                    return Err(Error::DatabaseReplaced);
+                }
+                file_id(&wal_path(path))
+            }
+            _ => None,
+        };
+        Ok(Open { conn, wal })
     }
 
     /// Copies the whole WAL into the main file and truncates the WAL (after
@@ -180,7 +309,7 @@ impl Store {
     /// writer keeps the checkpoint from completing.
     pub fn checkpoint(&self) -> Result<()> {
         let guard = self.lock()?;
-        let conn = guard.as_ref().ok_or(Error::Suspended)?;
+        let conn = &guard.as_ref().ok_or(Error::Suspended)?.conn;
         let (busy, _, _): (i64, i64, i64) =
             conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
@@ -192,29 +321,41 @@ impl Store {
     }
 
     /// Checkpoints the WAL into the main file and closes the connection, so
-    /// that no file lock is held (call before iOS suspends the app).
+    /// that no file lock is held (call before iOS suspends the app). The
+    /// connection is closed whatever happens: a failed checkpoint (a full
+    /// disk) is reported, but no lock is kept.
     ///
     /// # Errors
-    /// Storage errors from the checkpoint; the store stays open then.
+    /// Storage errors from the checkpoint or the close; the store is
+    /// suspended all the same.
     pub fn suspend(&self) -> Result<()> {
         let mut guard = self.lock()?;
-        if let Some(conn) = guard.as_ref() {
-            conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
-        }
-        if let Some(conn) = guard.take() {
-            conn.close().map_err(|(_, e)| Error::from(e))?;
-        }
-        Ok(())
+        let Some(open) = guard.take() else {
+            return Ok(());
+        };
+        let checkpoint = open
+            .conn
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+            .map_err(Error::from);
+        // A failed close hands the connection back; dropping it closes it
+        // (rusqlite's drop closes and ignores the error) so no lock survives.
+        let closed = open.conn.close().map_err(|(conn, e)| {
+            drop(conn);
+            Error::from(e)
+        });
+        checkpoint.and(closed)
     }
 
-    /// Reopens after [`Store::suspend`]; a no-op when open.
+    /// Reopens after [`Store::suspend`]; a no-op when open. Never creates
+    /// the file, and refuses a different database found at the path.
     ///
     /// # Errors
-    /// The errors of [`Store::open`].
+    /// The errors of [`Store::open`]; [`Error::CannotOpen`] when the file is
+    /// gone; [`Error::DatabaseReplaced`] when another database is there.
     pub fn resume(&self) -> Result<()> {
         let mut guard = self.lock()?;
         if guard.is_none() {
-            *guard = Some(connect(&self.location, &self.options)?);
+            *guard = Some(self.reconnect()?);
         }
         Ok(())
     }
@@ -294,9 +435,7 @@ fn set_busy_timeout(conn: &Connection, options: &StoreOptions) -> Result<()> {
 
 /// Opens a read-only connection: no pragma that writes, no migration.
 fn connect_read_only(path: &Path, options: &StoreOptions) -> Result<Connection> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX
-        | OpenFlags::SQLITE_OPEN_URI;
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)?;
     set_busy_timeout(&conn, options)?;
     schema::refuse_newer(&conn)?;
@@ -311,11 +450,11 @@ fn connect_read_only(path: &Path, options: &StoreOptions) -> Result<Connection> 
     Ok(conn)
 }
 
-fn connect(location: &Location, options: &StoreOptions) -> Result<Connection> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX
-        | OpenFlags::SQLITE_OPEN_URI;
+fn connect(location: &Location, options: &StoreOptions, create: bool) -> Result<Connection> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
     let mut conn = match location {
         Location::File(path) => Connection::open_with_flags(path, flags)?,
         Location::ReadOnlyFile(path) => return connect_read_only(path, options),
@@ -347,8 +486,13 @@ fn connect(location: &Location, options: &StoreOptions) -> Result<Connection> {
 mod tests {
     use super::*;
     use crate::model::{
-        ArgsDigest, ExecutionId, ExecutionStatus, OperationId, Provider, SessionId, Transition,
+        ArgsDigest, ExecutionId, ExecutionStatus, Move, OperationId, Provider, SessionId,
+        Transition,
     };
+
+    fn mv(from: ExecutionStatus, t: Transition) -> Move {
+        Move::check(from, t).unwrap()
+    }
 
     fn seed(store: &Store) -> ExecutionId {
         let op = OperationId::new("op").unwrap();
@@ -375,7 +519,6 @@ mod tests {
                         status: ExecutionStatus::Executing,
                         attempt_count: 1,
                         owner_session: Some(&session),
-                        lease_deadline_ms: Some(10),
                         compensates: None,
                         now_ms: 1,
                     },
@@ -383,9 +526,8 @@ mod tests {
                 )?;
                 dao.move_status(
                     &id,
-                    ExecutionStatus::Executing,
-                    Transition::Commit,
-                    ExecutionStatus::Committed,
+                    mv(ExecutionStatus::Executing, Transition::Commit),
+                    None,
                     &StatusFields {
                         result_json: Some("{\"r\":1}"),
                         ..StatusFields::default()
@@ -402,19 +544,17 @@ mod tests {
     fn the_schema_refuses_to_downgrade_a_committed_execution() {
         let store = Store::open_in_memory().unwrap();
         let id = seed(&store);
-        let session = SessionId::generate();
-        // Bypass the transition table on purpose: the trigger is the last guard.
+        // No `Move` leads out of `committed` but to delivery, so this takes
+        // raw SQL: the trigger is the last guard.
         let err = store
             .write(Durability::Full, |dao| {
-                dao.move_status(
-                    &id,
-                    ExecutionStatus::Committed,
-                    Transition::FailBeforeCommit,
-                    ExecutionStatus::FailedBeforeCommit,
-                    &StatusFields::default(),
-                    &session,
-                    3,
-                )
+                dao.tx
+                    .execute(
+                        "UPDATE executions SET status = 'failed_before_commit'
+                         WHERE execution_id = ?1",
+                        [id.as_str()],
+                    )
+                    .map_err(Error::from)
             })
             .unwrap_err();
         assert!(
@@ -434,9 +574,8 @@ mod tests {
             .write(Durability::Full, |dao| {
                 dao.move_status(
                     &id,
-                    ExecutionStatus::Executing,
-                    Transition::MarkUnknown,
-                    ExecutionStatus::OutcomeUnknown,
+                    mv(ExecutionStatus::Executing, Transition::MarkUnknown),
+                    None,
                     &StatusFields::default(),
                     &SessionId::generate(),
                     3,
@@ -446,6 +585,68 @@ mod tests {
         assert!(!moved);
         let log = store.read(|dao| dao.transitions_of(&id)).unwrap();
         assert_eq!(log.len(), 2, "no log entry for a move that did not happen");
+    }
+
+    #[test]
+    fn a_fenced_move_of_a_stale_attempt_changes_nothing() {
+        let store = Store::open_in_memory().unwrap();
+        let op = OperationId::new("op").unwrap();
+        let id = ExecutionId::parse("op:round_0:c:t:v1").unwrap();
+        let digest = ArgsDigest::parse("a".repeat(64)).unwrap();
+        let owner = SessionId::generate();
+        let other = SessionId::generate();
+        store
+            .write(Durability::Full, |dao| {
+                dao.ensure_operation(&op, 1)?;
+                dao.insert_execution(
+                    &NewExecution {
+                        execution_id: &id,
+                        operation_id: &op,
+                        round: 0,
+                        position: 0,
+                        provider: Provider::Custom,
+                        provider_call_id: "c",
+                        tool_name: "t",
+                        tool_version: 1,
+                        args_digest: &digest,
+                        args_json: "{}",
+                        downstream_key: &id.downstream_key(),
+                        requires_approval: false,
+                        status: ExecutionStatus::Executing,
+                        attempt_count: 2,
+                        owner_session: Some(&owner),
+                        compensates: None,
+                        now_ms: 1,
+                    },
+                    &owner,
+                )
+            })
+            .unwrap();
+        let commit = |attempt, session: &SessionId| {
+            store
+                .write(Durability::Full, |dao| {
+                    dao.move_status(
+                        &id,
+                        mv(ExecutionStatus::Executing, Transition::Commit),
+                        Some(Fence {
+                            attempt,
+                            session: Some(session),
+                        }),
+                        &StatusFields {
+                            result_json: Some("1"),
+                            ..StatusFields::default()
+                        },
+                        session,
+                        2,
+                    )
+                })
+                .unwrap()
+        };
+        assert!(!commit(1, &owner), "an older attempt");
+        assert!(!commit(2, &other), "another session");
+        let rec = store.read(|dao| dao.execution(&id)).unwrap().unwrap();
+        assert_eq!(rec.status, ExecutionStatus::Executing);
+        assert!(commit(2, &owner));
     }
 
     #[test]
@@ -471,7 +672,7 @@ mod tests {
             })
             .unwrap();
         let guard = store.lock().unwrap();
-        let conn = guard.as_ref().unwrap();
+        let conn = &guard.as_ref().unwrap().conn;
         let sync: i64 = conn
             .query_row("PRAGMA synchronous", [], |r| r.get(0))
             .unwrap();
@@ -501,5 +702,60 @@ mod tests {
         ));
         store.resume().unwrap();
         assert_eq!(store.read(|dao| dao.operation_status(&op)).unwrap(), None);
+    }
+
+    #[test]
+    fn resume_never_creates_or_swaps_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Store::open(&path, StoreOptions::default()).unwrap();
+        store.suspend().unwrap();
+        // Gone: resume refuses instead of creating an empty ledger.
+        std::fs::rename(&path, dir.path().join("moved.db")).unwrap();
+        assert!(matches!(store.resume(), Err(Error::CannotOpen)));
+        assert!(!path.exists());
+        // Another ledger put in its place: refused, untouched.
+        drop(Store::open(&path, StoreOptions::default()).unwrap());
+        assert!(matches!(store.resume(), Err(Error::DatabaseReplaced)));
+        // The original back: resumes.
+        std::fs::rename(dir.path().join("moved.db"), &path).unwrap();
+        std::fs::remove_file(dir.path().join("s.db-wal")).ok();
+        std::fs::remove_file(dir.path().join("s.db-shm")).ok();
+        store.resume().unwrap();
+    }
+
+    #[test]
+    fn a_relative_path_is_resolved_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("a"), dir.path().join("link")).unwrap();
+        let store = Store::open(&dir.path().join("link/x.db"), StoreOptions::default()).unwrap();
+        let resolved = std::fs::canonicalize(dir.path().join("a/x.db")).unwrap();
+        assert_eq!(store.path(), Some(resolved.as_path()));
+    }
+
+    #[test]
+    fn a_wal_deleted_under_the_connection_is_noticed_before_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Store::open(&path, StoreOptions::default()).unwrap();
+        let op = OperationId::new("before").unwrap();
+        store
+            .write(Durability::Full, |dao| dao.ensure_operation(&op, 1).map(|_| ()))
+            .unwrap();
+        // What another SQLite in the process does when it closes the file:
+        // checkpoint everything, then delete the WAL.
+        store.checkpoint().unwrap();
+        std::fs::remove_file(dir.path().join("s.db-wal")).unwrap();
+        let op2 = OperationId::new("after").unwrap();
+        store
+            .write(Durability::Full, |dao| dao.ensure_operation(&op2, 1).map(|_| ()))
+            .unwrap();
+        drop(store);
+        // Both writes are in the file (the second went to a fresh WAL).
+        let again = Store::open(&path, StoreOptions::default()).unwrap();
+        for op in [&op, &op2] {
+            assert!(again.read(|dao| dao.operation_status(op)).unwrap().is_some());
+        }
     }
 }

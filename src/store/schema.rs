@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/001_initial.sql"),
     include_str!("migrations/002_retention.sql"),
     include_str!("migrations/003_hot_path.sql"),
+    include_str!("migrations/004_owners.sql"),
 ];
 
 /// The schema version this build writes.

@@ -14,12 +14,25 @@
 //! digest). Every refusal is a typed [`JsonError`] carrying only byte offsets
 //! and limits — never the input's values, which may be personal data.
 //!
+//! **Numbers keep every digit.** RFC 8785 reads every number as an IEEE-754
+//! double, so `12345678901234567` and `12345678901234568` — two different
+//! account numbers — would canonicalise (and digest) alike. Here a number is
+//! canonicalised from its exact decimal value: the spelling is normalised
+//! (`2.0`, `2`, `20e-1` → `2`; `-0` → `0`; JCS's layout for exponents) but no
+//! digit is dropped, so two literals give the same text exactly when they
+//! denote the same number. For every literal that is the shortest form of a
+//! double — what JSON encoders write — the output is byte-for-byte RFC 8785's.
+//! [`canonicalize_legacy`] keeps the double-rounding form of schema version 3,
+//! only to recognise digests stored by that version.
+//!
 //! Use [`canonicalize`] on any JSON text before digesting or comparing it; use
 //! [`write_json_string`] when emitting a string that must match JCS escaping.
 
 mod number;
+mod raw;
 
-use number::write_number;
+use number::{write_exact, write_number};
+pub use raw::object_array_member;
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -107,6 +120,30 @@ pub enum JsonError {
 ///
 /// The first problem in input order is reported.
 pub fn canonicalize(input: &str, limits: &JsonLimits) -> Result<String, JsonError> {
+    run_parser(input, limits, Numbers::Exact)
+}
+
+/// [`canonicalize`] as schema version 3 did it: every number rounded to the
+/// nearest IEEE-754 double and written as RFC 8785 writes that double.
+/// Different numbers can share this form; it exists only so that digests
+/// stored by that version are still recognised.
+///
+/// # Errors
+/// As [`canonicalize`].
+pub fn canonicalize_legacy(input: &str, limits: &JsonLimits) -> Result<String, JsonError> {
+    run_parser(input, limits, Numbers::NearestDouble)
+}
+
+/// How the parser writes numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Numbers {
+    /// The exact decimal value, every digit kept.
+    Exact,
+    /// The nearest double (RFC 8785 as written; schema version 3 digests).
+    NearestDouble,
+}
+
+fn run_parser(input: &str, limits: &JsonLimits, numbers: Numbers) -> Result<String, JsonError> {
     if input.len() > limits.max_bytes {
         return Err(JsonError::TooLarge {
             size: input.len(),
@@ -117,6 +154,7 @@ pub fn canonicalize(input: &str, limits: &JsonLimits) -> Result<String, JsonErro
         src: input,
         bytes: input.as_bytes(),
         pos: 0,
+        numbers,
     };
     parser.run(limits.max_depth)
 }
@@ -191,6 +229,7 @@ struct Parser<'a> {
     src: &'a str,
     bytes: &'a [u8],
     pos: usize,
+    numbers: Numbers,
 }
 
 impl Parser<'_> {
@@ -458,7 +497,17 @@ impl Parser<'_> {
         if !v.is_finite() {
             return Err(JsonError::NonFiniteNumber { offset: start });
         }
-        write_number(out, v);
+        match self.numbers {
+            Numbers::NearestDouble => write_number(out, v),
+            Numbers::Exact => {
+                if !write_exact(out, text) {
+                    return Err(JsonError::Invalid {
+                        offset: start,
+                        reason: "number exponent out of range",
+                    });
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -487,9 +536,13 @@ mod tests {
             "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
             "literals": [null, true, false]
         }"#;
-        let expected = r#"{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"#;
+        // RFC 8785 reads 333333333.33333329 as a double (…3333333); the exact
+        // form keeps the digit the double loses.
+        let expected = r#"{"literals":[null,true,false],"numbers":[333333333.33333329,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"#;
         assert_eq!(canon(input).unwrap(), expected);
         assert_eq!(canon(expected).unwrap(), expected, "idempotent");
+        let rfc = expected.replace("333333333.33333329", "333333333.3333333");
+        assert_eq!(canonicalize_legacy(input, &JsonLimits::default()).unwrap(), rfc);
     }
 
     #[test]
@@ -551,7 +604,7 @@ mod tests {
             ("-0", "0"),
             ("-0.0e5", "0"),
             ("1E2", "100"),
-            ("1e-400", "0"), // underflow is finite: rounds to zero
+            ("1e-400", "1e-400"), // exact: no underflow to zero
             ("[ ]", "[]"),
             ("{ }", "{}"),
             ("[{},[],{\"a\":[]}]", "[{},[],{\"a\":[]}]"),
@@ -642,7 +695,83 @@ mod tests {
             assert_eq!(out, expected, "{bits:#018x}");
             // Through the parser, from its own text and from a long lexeme.
             assert_eq!(canon(expected).unwrap(), expected, "{bits:#018x}");
-            assert_eq!(canon(&format!("{v:.30e}")).unwrap(), expected);
+            // A long lexeme of the same double: RFC 8785 (legacy) gives the
+            // double's shortest form; the exact form keeps the lexeme's value.
+            let long = format!("{v:.30e}");
+            let legacy = canonicalize_legacy(&long, &JsonLimits::default()).unwrap();
+            assert_eq!(legacy, expected, "{bits:#018x}");
+            assert_eq!(canonicalize_legacy(expected, &JsonLimits::default()).unwrap(), expected);
+        }
+    }
+
+    #[test]
+    fn numbers_keep_every_digit_and_only_the_spelling_is_normalised() {
+        // Different values never share a canonical form …
+        for (a, b) in [
+            ("12345678901234567", "12345678901234568"),
+            ("224.18827276432074", "224.18827276432071"),
+            ("18446744073709551616", "18446744073709551617"),
+            ("0.10000000000000000001", "0.1"),
+            ("1e-400", "0"),
+        ] {
+            assert_ne!(canon(a).unwrap(), canon(b).unwrap(), "{a} vs {b}");
+        }
+        assert_eq!(canon("12345678901234567").unwrap(), "12345678901234567");
+        assert_eq!(canon("224.18827276432074").unwrap(), "224.18827276432074");
+        assert_eq!(
+            canon("123456789012345678901234567890").unwrap(),
+            "1.2345678901234567890123456789e+29"
+        );
+        assert_eq!(canon("1e-400").unwrap(), "1e-400");
+        // … while equal values in other spellings do.
+        for group in [
+            &["2", "2.0", "2.000", "20e-1", "0.2E1", "0.2e+1", "200E-2"][..],
+            &["0", "-0", "0.0", "-0.0e5", "0e-7"][..],
+            &["-1.5", "-15e-1", "-0.15E+1"][..],
+            &["100000000000000000000", "1e20", "1E+20", "10e19"][..],
+            &["1e21", "1000000000000000000000", "1.0e21"][..],
+            &["0.000001", "1e-6", "10e-7"][..],
+            &["1e-7", "0.0000001", "1.00e-7"][..],
+        ] {
+            let first = canon(group[0]).unwrap();
+            for other in group {
+                assert_eq!(canon(other).unwrap(), first, "{other}");
+            }
+        }
+        assert_eq!(canon("1e21").unwrap(), "1e+21");
+        assert_eq!(canon("1e-7").unwrap(), "1e-7");
+        // Idempotent.
+        for text in ["1.2345678901234567890123456789e+29", "1e-400", "-0.0000033333333333333333"] {
+            assert_eq!(canon(text).unwrap(), text);
+        }
+        // Exponents beyond i32 are refused, not truncated; overflow is still
+        // refused as before.
+        assert_eq!(
+            canon("1e-99999999999"),
+            Err(invalid(0, "number exponent out of range"))
+        );
+        assert_eq!(canon("1e400"), Err(JsonError::NonFiniteNumber { offset: 0 }));
+    }
+
+    #[test]
+    fn exact_and_legacy_forms_agree_on_every_shortest_double() {
+        // Every literal an ECMAScript-conformant encoder writes for a double
+        // is its RFC 8785 form: for those, the digest of schema version 3 is
+        // unchanged. (Other shortest forms, e.g. Rust's, which rounds exact
+        // ties up, are different decimal numbers and digest differently.)
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = f64::from_bits(x);
+            if !v.is_finite() {
+                continue;
+            }
+            // The RFC 8785 text of the double is a fixed point of both forms.
+            let shortest = format!("{v:e}");
+            let rfc = canonicalize_legacy(&shortest, &JsonLimits::default()).unwrap();
+            assert_eq!(canon(&rfc).unwrap(), rfc, "{x:#018x}");
         }
     }
 

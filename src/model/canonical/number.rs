@@ -14,9 +14,6 @@ pub(super) fn write_number(out: &mut String, v: f64) {
         out.push('0'); // also -0
         return;
     }
-    if v < 0.0 {
-        out.push('-');
-    }
     let sci = format!("{:e}", v.abs()); // "d[.ddd]e[-]x"
     let parsed = sci
         .split_once('e')
@@ -29,7 +26,64 @@ pub(super) fn write_number(out: &mut String, v: f64) {
     // |v| = 0.d1d2..dk × 10^n, in ECMAScript's terms.
     let n = exp + 1;
     ties_to_even(&mut digits, n, v.abs());
-    let k = i32::try_from(digits.len()).unwrap_or(i32::MAX);
+    write_layout(out, v < 0.0, &digits, i64::from(n));
+}
+
+/// Appends the number literal `text` (already checked against the JSON
+/// grammar) keeping every digit it has: the exact decimal value, laid out
+/// the way [`write_number`] lays out a double. Only the spelling changes
+/// (`2.0`, `2`, `20e-1` and `0.2E1` all give `2`; `-0` gives `0`), never the
+/// value, so two literals give the same text exactly when they denote the
+/// same number. For a literal that is the shortest form of a double (what
+/// every JSON encoder writes for a double) the output is the same as
+/// [`write_number`]'s.
+///
+/// Returns false when the exponent does not fit in an `i32` (nothing is
+/// written then).
+pub(super) fn write_exact(out: &mut String, text: &str) -> bool {
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exp) = match rest.split_once(['e', 'E']) {
+        Some((m, e)) => match e.strip_prefix('+').unwrap_or(e).parse::<i32>() {
+            Ok(exp) => (m, i64::from(exp)),
+            Err(_) => return false,
+        },
+        None => (rest, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    // value = 0.(int frac) × 10^(len(int) + exp); leading zeros move the point.
+    let all = int.bytes().chain(frac.bytes());
+    let mut n = i64::try_from(int.len()).unwrap_or(i64::MAX) + exp;
+    let mut digits: Vec<u8> = Vec::with_capacity(int.len() + frac.len());
+    for d in all {
+        if digits.is_empty() && d == b'0' {
+            n -= 1;
+        } else {
+            digits.push(d);
+        }
+    }
+    while digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    if digits.is_empty() {
+        out.push('0');
+        return true;
+    }
+    write_layout(out, negative, &digits, n);
+    true
+}
+
+/// Writes `0.d1..dk × 10^n` (`digits` non-empty, no leading or trailing
+/// zero) as ECMAScript's `Number::toString` lays a number out: plain up to
+/// 21 integer digits, `0.000ddd` down to six leading zeros, otherwise
+/// `d.ddde±x`.
+fn write_layout(out: &mut String, negative: bool, digits: &[u8], n: i64) {
+    if negative {
+        out.push('-');
+    }
+    let k = i64::try_from(digits.len()).unwrap_or(i64::MAX);
     let digit_chars = digits.iter().map(|&d| char::from(d));
     if k <= n && n <= 21 {
         out.extend(digit_chars);
@@ -52,6 +106,7 @@ pub(super) fn write_number(out: &mut String, v: f64) {
             }
             out.push(d);
         }
+        let exp = n - 1;
         out.push('e');
         out.push(if exp > 0 { '+' } else { '-' });
         out.push_str(&exp.unsigned_abs().to_string());

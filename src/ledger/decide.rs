@@ -1,0 +1,218 @@
+//! The one answer table: what a stored execution means for a request to run
+//! it now (`begin` of the same call, `recover`, `run_existing`). Pure: the
+//! caller reads the facts and applies the decision.
+//!
+//! | stored | answer |
+//! |---|---|
+//! | other arguments (digest differs) | `Conflict` |
+//! | committed / result_delivered | `Replay` |
+//! | prepared / approved, operation cancelled | cancel it → `Cancelled` |
+//! | failed_before_commit, operation cancelled | cancel it → `Cancelled` (batch items committed: settle the partial commit → `Replay`) |
+//! | executing, owner alive | `InFlight` |
+//! | executing, owner suspended | `InFlight` (ask again when its lease lapses) |
+//! | executing, owner dead | mark `outcome_unknown` → `Reconcile` |
+//! | outcome_unknown | `Reconcile` |
+//! | prepared, approval required | `NeedsApproval` |
+//! | prepared / approved | start attempt 1 → `Execute` |
+//! | failed_before_commit, retryable | next attempt, same key → `Execute` |
+//! | failed_before_commit, not retryable | `Failed` (batch items committed: settle the partial commit → `Replay`) |
+//! | rejected / cancelled_before_commit | `Rejected` / `Cancelled` |
+
+use super::owners::Liveness;
+use crate::model::ExecutionStatus;
+
+/// What is known about a stored execution and the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Facts {
+    /// Its status.
+    pub status: ExecutionStatus,
+    /// For `failed_before_commit`: may it run again?
+    pub retryable: Option<bool>,
+    /// Does it need a human's approval before it runs?
+    pub requires_approval: bool,
+    /// Are the request's arguments the stored ones?
+    pub same_digest: bool,
+    /// Was its operation cancelled?
+    pub op_cancelled: bool,
+    /// Did items of it (an independent batch) commit?
+    pub has_items: bool,
+}
+
+/// What to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Different arguments under the same id: refuse, never run.
+    Conflict,
+    /// Hand back the stored result.
+    Replay,
+    /// Its owner is running it; ask again after this long (a suspended owner).
+    InFlight {
+        /// Milliseconds until a suspended owner's lease lapses.
+        retry_after_ms: Option<i64>,
+    },
+    /// Its owner is dead: the outcome is unknown; reconcile.
+    Abandon {
+        /// Why the owner counts as dead.
+        reason: &'static str,
+    },
+    /// The outcome is unknown: reconcile before anything else.
+    Reconcile,
+    /// Waits for a human.
+    NeedsApproval,
+    /// Start the first attempt.
+    Start,
+    /// Start the next attempt under the same key.
+    Retry,
+    /// Failed for good.
+    Failed,
+    /// A human rejected it.
+    Rejected,
+    /// It was cancelled.
+    Cancelled,
+    /// Cancel it now (its operation was cancelled and nothing can have run).
+    CancelNow,
+    /// Record the partial commit of a batch whose items committed.
+    SettlePartial,
+}
+
+/// The table. `owner` is asked only for an `executing` record.
+pub(crate) fn decide(facts: &Facts, owner: impl FnOnce() -> Liveness) -> Decision {
+    use ExecutionStatus as S;
+    if !facts.same_digest {
+        return Decision::Conflict;
+    }
+    let settle_or = |otherwise| {
+        if facts.has_items {
+            Decision::SettlePartial
+        } else {
+            otherwise
+        }
+    };
+    match facts.status {
+        S::Committed | S::ResultDelivered => Decision::Replay,
+        S::Prepared | S::Approved if facts.op_cancelled => Decision::CancelNow,
+        S::FailedBeforeCommit if facts.op_cancelled => settle_or(Decision::CancelNow),
+        S::Executing => match owner() {
+            Liveness::Alive => Decision::InFlight {
+                retry_after_ms: None,
+            },
+            Liveness::Suspended { remaining_ms } => Decision::InFlight {
+                retry_after_ms: Some(remaining_ms),
+            },
+            Liveness::Dead(reason) => Decision::Abandon { reason },
+        },
+        S::OutcomeUnknown => Decision::Reconcile,
+        S::Prepared if facts.requires_approval => Decision::NeedsApproval,
+        S::Prepared | S::Approved => Decision::Start,
+        S::FailedBeforeCommit if facts.retryable == Some(true) => Decision::Retry,
+        S::FailedBeforeCommit => settle_or(Decision::Failed),
+        S::Rejected => Decision::Rejected,
+        S::CancelledBeforeCommit => Decision::Cancelled,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ExecutionStatus as S;
+
+    fn facts(status: S) -> Facts {
+        Facts {
+            status,
+            retryable: None,
+            requires_approval: false,
+            same_digest: true,
+            op_cancelled: false,
+            has_items: false,
+        }
+    }
+
+    fn alive() -> Liveness {
+        Liveness::Alive
+    }
+
+    #[test]
+    fn nothing_runs_twice_and_nothing_runs_in_a_cancelled_operation() {
+        for status in S::ALL {
+            let f = Facts {
+                op_cancelled: true,
+                ..facts(status)
+            };
+            let d = decide(&f, alive);
+            assert!(
+                !matches!(d, Decision::Start | Decision::Retry),
+                "{status}: {d:?}"
+            );
+            let f = Facts {
+                same_digest: false,
+                ..facts(status)
+            };
+            assert_eq!(decide(&f, alive), Decision::Conflict, "{status}");
+        }
+        for status in [S::Committed, S::ResultDelivered] {
+            assert_eq!(decide(&facts(status), alive), Decision::Replay);
+        }
+    }
+
+    #[test]
+    fn an_executing_record_follows_its_owner() {
+        let f = facts(S::Executing);
+        assert_eq!(
+            decide(&f, || Liveness::Alive),
+            Decision::InFlight {
+                retry_after_ms: None
+            }
+        );
+        assert_eq!(
+            decide(&f, || Liveness::Suspended { remaining_ms: 7 }),
+            Decision::InFlight {
+                retry_after_ms: Some(7)
+            }
+        );
+        assert_eq!(
+            decide(&f, || Liveness::Dead("x")),
+            Decision::Abandon { reason: "x" }
+        );
+        // The owner is asked about nothing else.
+        for status in S::ALL.into_iter().filter(|s| *s != S::Executing) {
+            decide(&facts(status), || panic!("owner asked for {status}"));
+        }
+    }
+
+    #[test]
+    fn a_batch_whose_items_committed_is_never_told_as_failed_or_cancelled() {
+        for (retryable, cancelled, expect) in [
+            (Some(false), false, Decision::SettlePartial),
+            (None, false, Decision::SettlePartial),
+            (Some(true), true, Decision::SettlePartial),
+            (Some(true), false, Decision::Retry),
+        ] {
+            let f = Facts {
+                retryable,
+                op_cancelled: cancelled,
+                has_items: true,
+                ..facts(S::FailedBeforeCommit)
+            };
+            assert_eq!(decide(&f, alive), expect, "{retryable:?} {cancelled}");
+        }
+        let f = Facts {
+            retryable: Some(false),
+            ..facts(S::FailedBeforeCommit)
+        };
+        assert_eq!(decide(&f, alive), Decision::Failed);
+    }
+
+    #[test]
+    fn approval_gates_only_prepared_records() {
+        let f = Facts {
+            requires_approval: true,
+            ..facts(S::Prepared)
+        };
+        assert_eq!(decide(&f, alive), Decision::NeedsApproval);
+        let f = Facts {
+            requires_approval: true,
+            ..facts(S::Approved)
+        };
+        assert_eq!(decide(&f, alive), Decision::Start);
+    }
+}

@@ -1,0 +1,199 @@
+//! Who owns an `executing` execution, and whether that owner is alive.
+//!
+//! The rule (docs/design.md, "Ownership"): a held session lock means alive,
+//! whatever any clock says. An owner whose lock is free or gone is alive only
+//! while its suspension mark covers it — `suspend()` writes the mark before
+//! it lets go of the lock, and the mark lasts `LedgerConfig::lease` on the
+//! boot clock, which cannot jump. Anything else is dead: the lock is free
+//! and no mark covers it, or the machine rebooted since. A probe that fails
+//! for any other reason counts as alive.
+
+use std::path::PathBuf;
+
+use super::session::{Probe, Sessions};
+use super::Ledger;
+use crate::model::{Monotonic, SessionId};
+use crate::store::{Dao, SessionRow};
+
+/// What a session's lock and mark say about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    /// Its lock is held (or could not be probed): it is running.
+    Alive,
+    /// Suspended, and still owner for this many milliseconds.
+    Suspended {
+        /// Time left on its suspension lease (boot clock).
+        remaining_ms: i64,
+    },
+    /// Provably not running; why.
+    Dead(&'static str),
+}
+
+/// Why an owner was found dead (recorded as the unknown outcome's reason).
+pub(crate) const DEAD_LOCK_RELEASED: &str = "owner session died while executing";
+/// A suspended owner's lease ran out.
+pub(crate) const DEAD_SUSPENSION_LAPSED: &str = "owner session suspended past its lease";
+/// The machine rebooted since the owner ran.
+pub(crate) const DEAD_REBOOTED: &str = "owner session ended with a reboot";
+
+/// Judges an owner from its lock probe and its registered row, at `now`
+/// (the boot clock). Pure: the lock and the row are read by the caller.
+pub(crate) fn judge(probe: Probe, row: Option<&SessionRow>, now: &Monotonic) -> Liveness {
+    match probe {
+        Probe::Held | Probe::Failed => return Liveness::Alive,
+        Probe::Free | Probe::Absent => {}
+    }
+    let Some(row) = row else {
+        return Liveness::Dead(DEAD_LOCK_RELEASED);
+    };
+    let (Some(at), Some(lease)) = (row.suspended_ms, row.suspend_lease_ms) else {
+        return Liveness::Dead(DEAD_LOCK_RELEASED);
+    };
+    let mark = Monotonic::new(row.boot_id.as_str(), at);
+    let rebooted = if row.boot_id.is_empty() || now.boot_id.is_empty() {
+        // Boot ids unknown: only a boot clock that went back tells.
+        now.ms < at
+    } else {
+        *now.boot_id != *row.boot_id
+    };
+    if rebooted {
+        return Liveness::Dead(DEAD_REBOOTED);
+    }
+    let remaining = lease.saturating_sub(now.since(&mark));
+    if remaining > 0 {
+        Liveness::Suspended {
+            remaining_ms: remaining,
+        }
+    } else {
+        Liveness::Dead(DEAD_SUSPENSION_LAPSED)
+    }
+}
+
+impl Ledger {
+    /// Where `session`'s lock file is: registered in its row, else (a session
+    /// of an older build) in this database's sessions directory.
+    fn lock_path_of(&self, session: &SessionId, row: Option<&SessionRow>) -> Option<PathBuf> {
+        match row {
+            Some(row) => Some(PathBuf::from(&row.lock_path)),
+            None => self.sessions.default_lock_path(session),
+        }
+    }
+
+    /// Is the owner `session` of an `executing` row alive? Reads its row in
+    /// the caller's transaction and probes its lock.
+    pub(crate) fn liveness_of(
+        &self,
+        dao: &Dao<'_>,
+        session: Option<&SessionId>,
+        now: &Monotonic,
+    ) -> crate::store::Result<Liveness> {
+        let Some(session) = session else {
+            return Ok(Liveness::Dead(DEAD_LOCK_RELEASED));
+        };
+        if session == self.session_id() {
+            return Ok(Liveness::Alive);
+        }
+        let row = dao.session(session)?;
+        let probe = match self.lock_path_of(session, row.as_ref()) {
+            Some(path) => Sessions::probe(&path),
+            // A private in-memory store has no other sessions.
+            None => Probe::Absent,
+        };
+        Ok(judge(probe, row.as_ref(), now))
+    }
+
+    /// Deletes the rows and lock files of sessions found dead (killed
+    /// processes leave them behind). Rows of live or suspended sessions, and
+    /// lock files anyone holds, are never touched.
+    pub(crate) fn clean_dead_sessions(
+        &self,
+        dao: &Dao<'_>,
+        now: &Monotonic,
+    ) -> crate::store::Result<usize> {
+        let mut cleaned = 0;
+        let rows = dao.sessions()?;
+        for row in &rows {
+            if &row.session_id == self.session_id() {
+                continue;
+            }
+            let path = PathBuf::from(&row.lock_path);
+            if let Liveness::Dead(_) = judge(Sessions::probe(&path), Some(row), now) {
+                if Sessions::clean(&path) {
+                    dao.delete_session(&row.session_id)?;
+                    cleaned += 1;
+                }
+            }
+        }
+        // Lock files without a row (sessions of an older build, or a row
+        // never written): a free one belongs to a dead session.
+        for (session, path) in self.sessions.lock_files() {
+            if &session == self.session_id() || rows.iter().any(|r| r.session_id == session) {
+                continue;
+            }
+            if Sessions::probe(&path) == Probe::Free && Sessions::clean(&path) {
+                cleaned += 1;
+            }
+        }
+        Ok(cleaned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(boot: &str, suspended: Option<(i64, i64)>) -> SessionRow {
+        SessionRow {
+            session_id: SessionId::generate(),
+            lock_path: "/x".into(),
+            boot_id: boot.into(),
+            suspended_ms: suspended.map(|s| s.0),
+            suspend_lease_ms: suspended.map(|s| s.1),
+            opened_ms: 0,
+            pid: 1,
+        }
+    }
+
+    #[test]
+    fn a_held_lock_or_a_failed_probe_means_alive_whatever_the_mark_says() {
+        let now = Monotonic::new("b", 10_000_000);
+        let lapsed = row("a", Some((0, 1)));
+        for probe in [Probe::Held, Probe::Failed] {
+            assert_eq!(judge(probe, Some(&lapsed), &now), Liveness::Alive);
+            assert_eq!(judge(probe, None, &now), Liveness::Alive);
+        }
+    }
+
+    #[test]
+    fn a_free_lock_is_alive_only_under_a_valid_suspension_mark() {
+        let now = Monotonic::new("b", 100_000);
+        for probe in [Probe::Free, Probe::Absent] {
+            assert_eq!(judge(probe, None, &now), Liveness::Dead(DEAD_LOCK_RELEASED));
+            assert_eq!(
+                judge(probe, Some(&row("b", None)), &now),
+                Liveness::Dead(DEAD_LOCK_RELEASED)
+            );
+            assert_eq!(
+                judge(probe, Some(&row("b", Some((90_000, 60_000)))), &now),
+                Liveness::Suspended {
+                    remaining_ms: 50_000
+                }
+            );
+            assert_eq!(
+                judge(probe, Some(&row("b", Some((40_000, 60_000)))), &now),
+                Liveness::Dead(DEAD_SUSPENSION_LAPSED)
+            );
+            // Suspended in another boot: the reboot ended it.
+            assert_eq!(
+                judge(probe, Some(&row("a", Some((99_000, 60_000)))), &now),
+                Liveness::Dead(DEAD_REBOOTED)
+            );
+        }
+        // Unknown boot ids: a boot clock behind the mark means a reboot.
+        let now = Monotonic::new("", 5_000);
+        assert_eq!(
+            judge(Probe::Free, Some(&row("", Some((90_000, 60_000)))), &now),
+            Liveness::Dead(DEAD_REBOOTED)
+        );
+    }
+}
