@@ -50,7 +50,7 @@ fn bench_ledger(c: &mut Criterion) {
     let spec = CallSpec::new(ToolCall::custom("call_0", "send_email", ARGS), 1);
     if let Begin::Execute(t) = ledger.begin(&op, 0, &spec).expect("begin") {
         ledger
-            .commit(&t.execution_id, r#"{"id":"msg_1"}"#, None)
+            .commit(&t.attempt_id(), r#"{"id":"msg_1"}"#, None)
             .expect("commit");
     }
     c.bench_function("replay", |b| {

@@ -32,7 +32,7 @@ fn begin(ledger: &Ledger, op_name: &str, round: u32, call_id: &str) -> Execution
 
 fn delivered(ledger: &Ledger, op_name: &str, round: u32, call_id: &str) -> ExecutionId {
     let id = begin(ledger, op_name, round, call_id);
-    ledger.commit(&id, "{}", None).unwrap();
+    ledger.commit(&current(&ledger, &id), "{}", None).unwrap();
     ledger.mark_delivered(std::slice::from_ref(&id)).unwrap();
     id
 }
@@ -73,11 +73,15 @@ fn work_begun_long_ago_is_swept_into_the_index_and_still_recovered() {
     let waiting = ticket_or_approval(&ledger);
     let running = begin(&ledger, "old", 1, "running");
     let committed = begin(&ledger, "old", 2, "committed");
-    ledger.commit(&committed, "{}", None).unwrap();
+    ledger
+        .commit(&current(&ledger, &committed), "{}", None)
+        .unwrap();
     // Many calls later, begins have swept the old rows into the index.
     for i in 0..600 {
         delivered(&ledger, &format!("op_{}", i / 4), i % 4, &format!("c{i}"));
     }
+    // The last delivery mark is written (reads never write it).
+    ledger.checkpoint().unwrap();
     let (w, flag, above) = attention_state(&db, &running);
     assert!(w > 256, "the watermark moved past the old rows: {w}");
     assert_eq!(flag, Some(1), "the old executing row is flagged");
@@ -86,7 +90,7 @@ fn work_begun_long_ago_is_swept_into_the_index_and_still_recovered() {
     assert_eq!(rec.status, ExecutionStatus::Executing);
 
     // The process dies; the next one recovers all three, and nothing else.
-    std::mem::forget(ledger);
+    ledger.abandon();
     clock.advance(DAY_MS);
     let ledger = open_with(&db, &clock);
     let pending = ledger.recover().unwrap();
@@ -136,7 +140,7 @@ fn work_begun_since_the_last_sweep_is_recovered_from_above_the_watermark() {
         (10, None, 1),
         "not flagged, above the watermark"
     );
-    std::mem::forget(ledger);
+    ledger.abandon();
     clock.advance(DAY_MS);
     let ledger = open_with(&db, &clock);
     let pending = ledger.recover().unwrap();
@@ -157,7 +161,9 @@ fn pruning_the_newest_rows_cannot_hide_a_new_call_below_the_watermark() {
     ledger.recover().unwrap();
     assert_eq!(attention_state(&db, &begin(&ledger, "p", 0, "probe")).0, 5);
     let probe = ExecutionId::parse("p:round_0:probe:send_email:v1").unwrap();
-    ledger.commit(&probe, "{}", None).unwrap();
+    ledger
+        .commit(&current(&ledger, &probe), "{}", None)
+        .unwrap();
     ledger.mark_delivered(std::slice::from_ref(&probe)).unwrap();
     ledger.recover().unwrap();
 
@@ -177,7 +183,7 @@ fn pruning_the_newest_rows_cannot_hide_a_new_call_below_the_watermark() {
     assert_eq!(rowid, 1, "the row id was reused");
     assert_eq!(attention_state(&db, &running).0, 0);
 
-    std::mem::forget(ledger);
+    ledger.abandon();
     clock.advance(DAY_MS);
     let ledger = open_with(&db, &clock);
     let pending = ledger.recover().unwrap();

@@ -147,14 +147,14 @@ fn a_result_that_is_not_json_is_refused_and_the_record_stays_executing() {
         panic!()
     };
     assert!(matches!(
-        ledger.commit(&t.execution_id, "not json", None),
+        ledger.commit(&t.attempt_id(), "not json", None),
         Err(Error::Json(_))
     ));
     let rec = ledger.get(&t.execution_id).unwrap().unwrap();
     assert_eq!(rec.status, ExecutionStatus::Executing);
     assert_eq!(rec.result_json, None);
     ledger
-        .commit(&t.execution_id, r#""plain string result""#, None)
+        .commit(&t.attempt_id(), r#""plain string result""#, None)
         .unwrap();
 }
 
@@ -164,7 +164,7 @@ fn unknown_ids_and_wrong_steps_are_typed_errors() {
     let (ledger, _clock) = open_at(&dir.path().join("l.db"));
     let ghost = ExecutionId::parse("op:round_0:nope:t:v1").unwrap();
     assert!(matches!(
-        ledger.commit(&ghost, "{}", None),
+        ledger.commit(&current(&ledger, &ghost), "{}", None),
         Err(Error::NotFound(_))
     ));
     assert!(matches!(
@@ -183,7 +183,7 @@ fn unknown_ids_and_wrong_steps_are_typed_errors() {
     let Begin::Execute(t2) = ledger.begin(&op("op"), 0, &spec("c2", "t", "{}")).unwrap() else {
         panic!()
     };
-    ledger.commit(&t2.execution_id, "{}", None).unwrap();
+    ledger.commit(&t2.attempt_id(), "{}", None).unwrap();
     assert!(matches!(
         ledger.mark_delivered(&[t2.execution_id.clone(), t.execution_id.clone()]),
         Err(Error::InvalidTransition {

@@ -19,7 +19,7 @@ fn cancelling_an_operation_after_a_commit_keeps_the_effect() {
         panic!()
     };
     ledger
-        .commit(&t.execution_id, r#"{"paid":3}"#, Some("p1"))
+        .commit(&t.attempt_id(), r#"{"paid":3}"#, Some("p1"))
         .unwrap();
 
     assert_eq!(
@@ -66,13 +66,15 @@ fn cancelling_while_executing_is_honest_when_the_commit_arrives_later() {
         ledger.cancel(&t.execution_id).unwrap(),
         CancelOutcome::NotCancellable
     );
+    // A call is executing: an effect may exist, so the stop is never
+    // reported as plain `Cancelled`.
     assert_eq!(
         ledger.cancel_operation(&op("op")).unwrap(),
-        OperationStatus::Cancelled
+        OperationStatus::CancelledAfterSideEffect
     );
     // The tool reports its commit after the cancel: the record tells the truth.
     ledger
-        .commit(&t.execution_id, r#"{"paid":true}"#, None)
+        .commit(&t.attempt_id(), r#"{"paid":true}"#, None)
         .unwrap();
     assert_eq!(
         ledger.get(&t.execution_id).unwrap().unwrap().status,
@@ -123,7 +125,7 @@ fn compensation_is_a_new_linked_execution_with_its_own_key_and_approval() {
         Err(Error::NothingToCompensate(_))
     ));
     ledger
-        .commit(&t.execution_id, r#"{"payment":"p1"}"#, Some("p1"))
+        .commit(&t.attempt_id(), r#"{"payment":"p1"}"#, Some("p1"))
         .unwrap();
     ledger.cancel_operation(&op("op")).unwrap();
 
@@ -166,13 +168,14 @@ fn a_retryable_failure_after_the_cancel_is_not_started_again() {
     let Begin::Execute(t) = ledger.begin(&op("op"), 0, &s).unwrap() else {
         panic!()
     };
-    // Cancelled while the attempt is in flight; the attempt then fails retryably.
+    // Cancelled while the attempt is in flight (an effect may exist); the
+    // attempt then fails retryably.
     assert_eq!(
         ledger.cancel_operation(&op("op")).unwrap(),
-        OperationStatus::Cancelled
+        OperationStatus::CancelledAfterSideEffect
     );
     ledger
-        .fail_before_commit(&t.execution_id, "http 429", true)
+        .fail_before_commit(&t.attempt_id(), "http 429", true)
         .unwrap();
     // A later begin of the same call must not start it again.
     assert!(matches!(
@@ -184,4 +187,26 @@ fn a_retryable_failure_after_the_cancel_is_not_started_again() {
         ExecutionStatus::CancelledBeforeCommit
     );
     assert!(ledger.mark_executing(&t.execution_id).is_err());
+}
+
+#[test]
+fn mark_executing_in_a_cancelled_operation_cancels_instead_of_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, _clock) = open_at(&dir.path().join("l.db"));
+    let s = spec("c1", "pay", r#"{"amount":2}"#);
+    let Begin::Execute(t) = ledger.begin(&op("op"), 0, &s).unwrap() else {
+        panic!()
+    };
+    ledger.cancel_operation(&op("op")).unwrap();
+    ledger
+        .fail_before_commit(&t.attempt_id(), "http 429", true)
+        .unwrap();
+    // The retry path of an app that drives the ledger itself.
+    assert!(matches!(
+        ledger.mark_executing(&t.execution_id),
+        Err(toolledger::ledger::Error::OperationCancelled(_))
+    ));
+    let rec = ledger.get(&t.execution_id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::CancelledBeforeCommit);
+    assert_eq!(rec.attempt_count, 1, "no second attempt started");
 }

@@ -82,7 +82,7 @@ fn device_db(dir: &Path) -> std::path::PathBuf {
                 .unwrap(),
         );
         ledger
-            .commit(&t.execution_id, r#"{"id":"m"}"#, None)
+            .commit(&t.attempt_id(), r#"{"id":"m"}"#, None)
             .unwrap();
         ledger.mark_delivered(&[t.execution_id]).unwrap();
     }
@@ -91,7 +91,7 @@ fn device_db(dir: &Path) -> std::path::PathBuf {
             .begin(&op("op_b"), 0, &spec("c_undelivered", "send_email", "{}"))
             .unwrap(),
     );
-    ledger.commit(&t.execution_id, "{}", None).unwrap();
+    ledger.commit(&t.attempt_id(), "{}", None).unwrap();
     let _ = ledger
         .begin(
             &op("op_b"),
@@ -116,7 +116,7 @@ fn stats_counts_statuses_tools_and_sizes() {
     assert_eq!(v["executions_by_tool"]["send_email"], 7);
     assert_eq!(v["executions_by_tool"]["pay"], 2);
     assert_eq!(v["tombstones"], 0);
-    assert_eq!(v["schema_version"], 3);
+    assert_eq!(v["schema_version"], 4);
     assert!(v["file_bytes"].as_u64().unwrap() > 0);
     let table = stdout(&ok(&["stats", path]));
     assert!(table.contains("STATUS"), "{table}");

@@ -44,16 +44,30 @@ fn dropping_the_ledger_while_executing_leaves_outcome_unknown() {
     }
     // Lookup found nothing: retry under the same key, attempt 2.
     let Resolved::Retry(t2) = ledger
-        .resolve_unknown(&t.execution_id, Resolution::NotFoundRetry)
+        .resolve_unknown(&t.attempt_id(), Resolution::NotFoundRetry)
         .unwrap()
     else {
         panic!()
     };
     assert_eq!(t2.downstream_key, t.downstream_key);
     assert_eq!(t2.attempt, 2);
+    // Attempt 1 is stale now: its late answer is kept as evidence, never
+    // recorded as the execution's own.
+    assert!(matches!(
+        ledger.commit(&t.attempt_id(), r#"{"ok":"late"}"#, None),
+        Err(toolledger::ledger::Error::StaleAttempt {
+            attempt: 1,
+            current_attempt: 2,
+            ..
+        })
+    ));
     ledger
-        .commit(&t.execution_id, r#"{"ok":true}"#, None)
+        .commit(&t2.attempt_id(), r#"{"ok":true}"#, None)
         .unwrap();
+    let evidence = ledger.evidence(&t.execution_id).unwrap();
+    assert_eq!(evidence.len(), 1);
+    assert_eq!(evidence[0].attempt, 1);
+    assert_eq!(evidence[0].result_json.as_deref(), Some(r#"{"ok":"late"}"#));
     assert!(matches!(
         ledger.begin(&op("op"), 0, &s).unwrap(),
         Begin::Replay(_)
@@ -78,8 +92,17 @@ fn a_live_second_session_is_in_flight_not_dead() {
     // recover() in the extension does not steal the live app's row.
     let pending = extension.recover().unwrap();
     assert_eq!(pending[0].status, ExecutionStatus::Executing);
-    // Until the lease expires: then the outcome is unknown.
-    clock.advance(61_000);
+    // However long it takes, and whatever the wall clock does: a held
+    // session lock means alive.
+    clock.advance(3_600_000);
+    clock.step_wall(61_000);
+    assert!(matches!(
+        extension.begin(&op("op"), 0, &s).unwrap(),
+        Begin::InFlight { .. }
+    ));
+    assert!(extension.recover().unwrap()[0].status == ExecutionStatus::Executing);
+    // The app goes away: now its attempt is abandoned and reconciled.
+    drop(app);
     assert!(matches!(
         extension.begin(&op("op"), 0, &s).unwrap(),
         Begin::Reconcile(_)
@@ -88,7 +111,7 @@ fn a_live_second_session_is_in_flight_not_dead() {
     assert_eq!(rec.status, ExecutionStatus::OutcomeUnknown);
     assert_eq!(
         rec.last_reason.as_deref(),
-        Some("lease expired while executing")
+        Some("owner session died while executing")
     );
 }
 
@@ -103,7 +126,7 @@ fn committed_then_crash_replays_the_stored_result() {
         panic!()
     };
     ledger
-        .commit(&t.execution_id, r#"{"id":"m1"}"#, Some("m1"))
+        .commit(&t.attempt_id(), r#"{"id":"m1"}"#, Some("m1"))
         .unwrap();
     drop(ledger);
     let ledger = open_with(&path, &clock);
@@ -116,20 +139,20 @@ fn committed_then_crash_replays_the_stored_result() {
     }
     // Nothing downgrades it: not a failure, not unknown, not a cancellation.
     assert!(ledger
-        .fail_before_commit(&t.execution_id, "late", true)
+        .fail_before_commit(&t.attempt_id(), "late", true)
         .is_err());
     assert!(ledger
-        .mark_outcome_unknown(&t.execution_id, "late")
+        .mark_outcome_unknown(&t.attempt_id(), "late")
         .is_err());
     assert!(ledger
-        .resolve_unknown(&t.execution_id, Resolution::NotFoundRetry)
+        .resolve_unknown(&t.attempt_id(), Resolution::NotFoundRetry)
         .is_err());
     assert_eq!(
         ledger.cancel(&t.execution_id).unwrap(),
         toolledger::ledger::CancelOutcome::AlreadyCommitted
     );
     assert!(ledger
-        .commit(&t.execution_id, r#"{"id":"other"}"#, None)
+        .commit(&t.attempt_id(), r#"{"id":"other"}"#, None)
         .is_err());
     let rec = ledger.get(&t.execution_id).unwrap().unwrap();
     assert_eq!(rec.status, ExecutionStatus::Committed);
@@ -151,7 +174,7 @@ fn child_process_begins_and_aborts() {
         std::process::exit(3)
     };
     ledger
-        .record_external_id(&t.execution_id, "pay_123")
+        .record_external_id(&t.attempt_id(), "pay_123")
         .unwrap();
     std::process::abort();
 }
@@ -180,7 +203,7 @@ fn a_child_process_that_dies_while_executing_is_recovered_as_unknown() {
     // Resolve as found: committed, one effect, never re-run.
     let Resolved::Committed(r) = ledger
         .resolve_unknown(
-            &pending[0].execution_id,
+            &current(&ledger, &pending[0].execution_id),
             Resolution::Found {
                 result_json: r#"{"paid":7}"#.into(),
                 external_id: Some("pay_123".into()),
@@ -208,7 +231,7 @@ fn unknown_outcome_resolved_absent_is_failed_and_not_retried() {
         panic!()
     };
     ledger
-        .mark_outcome_unknown(&t.execution_id, "timeout")
+        .mark_outcome_unknown(&t.attempt_id(), "timeout")
         .unwrap();
     assert!(matches!(
         ledger.begin(&op("op"), 0, &s).unwrap(),
@@ -217,7 +240,7 @@ fn unknown_outcome_resolved_absent_is_failed_and_not_retried() {
     assert_eq!(
         ledger
             .resolve_unknown(
-                &t.execution_id,
+                &t.attempt_id(),
                 Resolution::NotFoundAbandon {
                     reason: "user chose".into()
                 }
@@ -240,7 +263,7 @@ fn retryable_failure_runs_again_under_the_same_key() {
         panic!()
     };
     ledger
-        .fail_before_commit(&t1.execution_id, "http 503", true)
+        .fail_before_commit(&t1.attempt_id(), "http 503", true)
         .unwrap();
     let Begin::Execute(t2) = ledger.begin(&op("op"), 0, &s).unwrap() else {
         panic!()
@@ -248,7 +271,7 @@ fn retryable_failure_runs_again_under_the_same_key() {
     assert_eq!(t2.downstream_key, t1.downstream_key);
     assert_eq!(t2.attempt, 2);
     ledger
-        .fail_before_commit(&t2.execution_id, "http 400", false)
+        .fail_before_commit(&t2.attempt_id(), "http 400", false)
         .unwrap();
     assert!(matches!(
         ledger.begin(&op("op"), 0, &s).unwrap(),

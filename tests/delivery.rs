@@ -69,7 +69,7 @@ fn committed(ledger: &Ledger, op_name: &str, call_id: &str) -> ExecutionId {
             .unwrap(),
     );
     ledger
-        .commit(&t.execution_id, r#"{"sent":true}"#, None)
+        .commit(&t.attempt_id(), r#"{"sent":true}"#, None)
         .unwrap();
     t.execution_id
 }
@@ -137,7 +137,7 @@ fn a_mark_lost_with_the_process_only_replays_the_stored_result() {
         id = committed(&ledger, "o", "c1");
         ledger.mark_delivered(std::slice::from_ref(&id)).unwrap();
         // The process dies before any later write: no destructor runs.
-        std::mem::forget(ledger);
+        ledger.abandon();
     }
     let ledger = open_with(&db, &clock);
     let rec = ledger.get(&id).unwrap().unwrap();
@@ -213,7 +213,9 @@ fn a_mark_for_work_that_has_not_committed_is_refused_and_nothing_is_queued() {
     );
 
     // Neither batch left a mark behind, not even for the committed id.
-    ledger.commit(&running, "{}", None).unwrap();
+    ledger
+        .commit(&current(&ledger, &running), "{}", None)
+        .unwrap();
     assert_eq!(stored_status(&db, &done), "committed");
     assert_eq!(
         ledger.get(&done).unwrap().unwrap().status,
@@ -231,7 +233,7 @@ fn a_failed_write_keeps_the_queued_marks_for_the_next_one() {
     // This write applies the mark, then fails and rolls back.
     let missing = ExecutionId::parse("o:round_9:nope:send_email:v1").unwrap();
     assert!(matches!(
-        ledger.commit(&missing, "{}", None),
+        ledger.commit(&current(&ledger, &missing), "{}", None),
         Err(Error::NotFound(_))
     ));
     assert_eq!(stored_status(&db, &id), "committed", "rolled back with it");

@@ -39,9 +39,11 @@ impl ToolHandler for Flaky {
 }
 
 fn executor(path: &std::path::Path) -> Executor {
-    let ledger =
-        Ledger::open_with_clock(path, LedgerConfig::default(), Arc::new(ManualClock::new(0)))
-            .unwrap();
+    executor_with(path, Arc::new(ManualClock::new(0)))
+}
+
+fn executor_with(path: &std::path::Path, clock: Arc<ManualClock>) -> Executor {
+    let ledger = Ledger::open_with_clock(path, LedgerConfig::default(), clock).unwrap();
     Executor::new(
         Arc::new(ledger),
         ExecutorConfig {
@@ -77,9 +79,10 @@ async fn an_unknown_outcome_after_cancellation_is_not_resent_under_the_key() {
         .await
         .unwrap();
     assert!(matches!(out, CallOutcome::Unknown { .. }), "{out:?}");
+    // The outcome is unknown: an effect may exist, so the stop says so.
     assert_eq!(
         exec.cancel_operation(&op).unwrap(),
-        OperationStatus::Cancelled
+        OperationStatus::CancelledAfterSideEffect
     );
     // Asked again after the cancel (a retry of the same call): the key would
     // allow a resend, but the user said stop, so it is surfaced instead.
@@ -96,7 +99,8 @@ async fn an_unknown_outcome_after_cancellation_is_not_resent_under_the_key() {
 #[tokio::test]
 async fn after_cancellation_a_lookup_that_finds_nothing_cancels_the_call() {
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(&dir.path().join("l.db"));
+    let clock = Arc::new(ManualClock::new(0));
+    let exec = executor_with(&dir.path().join("l.db"), clock.clone());
     let tool = Arc::new(Flaky {
         requests: AtomicU32::new(0),
         key: true,
@@ -118,6 +122,21 @@ async fn after_cancellation_a_lookup_that_finds_nothing_cancels_the_call() {
         .unwrap();
     assert!(matches!(out, CallOutcome::Unknown { .. }), "{out:?}");
     exec.cancel_operation(&op).unwrap();
+    // Inside the tool's landing window "not found" proves nothing yet: the
+    // outcome stays unknown, with a time to ask again.
+    let again = exec
+        .execute(&op, 0, ToolCall::custom("c", "wire", "{}"))
+        .await
+        .unwrap();
+    let CallOutcome::Unknown {
+        retry_after: Some(wait),
+        ..
+    } = again
+    else {
+        panic!("{again:?}")
+    };
+    assert!(wait <= toolledger::executor::DEFAULT_LANDING_WINDOW);
+    clock.advance(i64::try_from(wait.as_millis()).unwrap());
     let again = exec
         .execute(&op, 0, ToolCall::custom("c", "wire", "{}"))
         .await
@@ -168,7 +187,7 @@ async fn a_started_job_is_pending_after_a_restart_and_a_webhook_finishes_it() {
     }; // the process "dies" with the job running downstream
     let exec = executor(&path);
     exec.register(tool.clone()).unwrap();
-    let recovered = exec.recover().await.unwrap();
+    let recovered = exec.recover().await.unwrap().outcomes;
     assert!(
         matches!(recovered.as_slice(), [CallOutcome::Pending { job_id, .. }] if job_id == "job_1"),
         "{recovered:?}"

@@ -62,9 +62,10 @@ async fn a_call_in_flight_when_its_operation_is_cancelled_commits_and_marks_the_
     exec.register(tool.clone()).unwrap();
 
     let (task, pause) = start_paused(&exec, &tool).await;
+    // A call is in flight: an effect may exist, so the stop says so.
     assert_eq!(
         exec.cancel_operation(&op()).unwrap(),
-        OperationStatus::Cancelled
+        OperationStatus::CancelledAfterSideEffect
     );
     let id = exec.ledger().list(&op()).unwrap()[0].execution_id.clone();
     assert_eq!(
@@ -114,9 +115,10 @@ async fn a_retryable_refusal_after_the_cancellation_is_not_tried_again() {
     exec.register(tool.clone()).unwrap();
 
     let (task, pause) = start_paused(&exec, &tool).await;
+    // A call is in flight: an effect may exist, so the stop says so.
     assert_eq!(
         exec.cancel_operation(&op()).unwrap(),
-        OperationStatus::Cancelled
+        OperationStatus::CancelledAfterSideEffect
     );
     pause.release();
     let out = tokio::time::timeout(WAIT, task).await.unwrap().unwrap();

@@ -126,7 +126,7 @@ fn a_crash_after_the_remote_commit_is_recovered_by_resending_the_same_key() {
         let exec = executor_at(&path, fast_config());
         exec.register(Arc::new(HttpTool::new(keyed(), Kind::Effect, &service)))
             .unwrap();
-        let recovered = exec.recover().await.unwrap();
+        let recovered = exec.recover().await.unwrap().outcomes;
         assert_eq!(recovered.len(), 1);
         let out = &recovered[0];
         let CallOutcome::Completed {

@@ -25,10 +25,13 @@ fn blind() -> ToolDescriptor {
     ToolDescriptor::side_effect("pay", 1)
 }
 
-/// Lookup by reference, no key dedupe.
+/// Lookup by reference, no key dedupe. The loopback service applies a
+/// request before it answers (no latency here), so nothing lands after the
+/// client gave up: the tool may say so.
 fn lookup() -> ToolDescriptor {
     ToolDescriptor {
         lookup: true,
+        landing_window: Duration::ZERO,
         ..ToolDescriptor::side_effect("pay", 1)
     }
 }
@@ -84,7 +87,7 @@ async fn a_dropped_connection_after_commit_without_key_or_lookup_is_unknown_and_
     let effect = &service.effects()[0];
     let resolved = exec
         .resolve_unknown(
-            out.execution_id(),
+            &out.unknown_attempt().unwrap(),
             Resolution::Found {
                 result_json: r#"{"paid":true}"#.into(),
                 external_id: Some(effect.id.clone()),
@@ -139,7 +142,7 @@ async fn an_unknown_outcome_the_app_proves_absent_is_recorded_as_failed_before_c
 
     let resolved = exec
         .resolve_unknown(
-            out.execution_id(),
+            &out.unknown_attempt().unwrap(),
             Resolution::NotFoundAbandon {
                 reason: "user found no payment".into(),
             },

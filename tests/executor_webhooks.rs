@@ -162,7 +162,7 @@ fn a_restart_while_the_job_runs_finds_the_same_job_and_the_webhook_commits_it() 
     downstream::process(async {
         let exec = executor(&dir);
         exec.register(Arc::new(render_tool(&service))).unwrap();
-        let recovered = exec.recover().await.unwrap();
+        let recovered = exec.recover().await.unwrap().outcomes;
         assert_eq!(recovered.len(), 1);
         let CallOutcome::Pending { job_id, .. } = &recovered[0] else {
             panic!("{:?}", recovered[0])

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use serde_json::Value;
 use toolledger::ledger::{
-    Begin, CallSpec, Error as LedgerError, Ledger, LedgerConfig, ManualClock, Resolution,
+    AttemptId, Begin, CallSpec, Error as LedgerError, Ledger, LedgerConfig, ManualClock, Resolution,
 };
 use toolledger::model::canonical::canonicalize;
 use toolledger::model::{
@@ -433,7 +433,7 @@ fn arb_op() -> impl Strategy<Value = Op> {
     ]
 }
 
-const ALL_TRANSITIONS: [Transition; 9] = [
+const ALL_TRANSITIONS: [Transition; 10] = [
     Transition::Approve,
     Transition::Reject,
     Transition::Cancel,
@@ -443,6 +443,7 @@ const ALL_TRANSITIONS: [Transition; 9] = [
     Transition::Deliver,
     Transition::MarkUnknown,
     Transition::FailBeforeCommit,
+    Transition::SettlePartial,
 ];
 
 fn spec(call: usize, variant: u8) -> CallSpec {
@@ -469,7 +470,20 @@ fn is_domain_refusal(e: &LedgerError) -> bool {
             | LedgerError::NotFound(_)
             | LedgerError::DigestMismatch { .. }
             | LedgerError::AlreadyCommitted(_)
+            | LedgerError::StaleAttempt { .. }
+            | LedgerError::OperationCancelled(_)
     )
+}
+
+/// The current attempt of `id`, or with `stale` the one before it.
+fn attempt_of(ledger: &Ledger, id: &ExecutionId, stale: bool) -> Result<AttemptId, LedgerError> {
+    let current = ledger.get(id)?.map_or(0, |r| r.attempt_count);
+    let n = if stale {
+        current.saturating_sub(1)
+    } else {
+        current
+    };
+    Ok(AttemptId::new(id.clone(), n))
 }
 
 fn apply(
@@ -496,15 +510,21 @@ fn apply(
             ledger.reject(&ids[call], &digest, "no")
         }
         Op::MarkExecuting { call } => ledger.mark_executing(&ids[call]).map(|_| ()),
+        // `result` 2 is sent by a stale attempt (one before the current).
         Op::Commit { call, result } => ledger
             .commit(
-                &ids[call],
+                &attempt_of(ledger, &ids[call], result == 2)?,
                 &format!(r#"{{"paid":{result}}}"#),
                 Some(&format!("pay_{result}")),
             )
             .map(|_| ()),
-        Op::Fail { call, retryable } => ledger.fail_before_commit(&ids[call], "refused", retryable),
-        Op::Unknown { call } => ledger.mark_outcome_unknown(&ids[call], "timeout"),
+        Op::Fail { call, retryable } => {
+            let attempt = attempt_of(ledger, &ids[call], false)?;
+            ledger.fail_before_commit(&attempt, "refused", retryable)
+        }
+        Op::Unknown { call } => ledger
+            .mark_outcome_unknown(&attempt_of(ledger, &ids[call], false)?, "timeout")
+            .map(|_| ()),
         Op::Resolve { call, how } => {
             let resolution = match how {
                 0 => Resolution::Found {
@@ -516,7 +536,8 @@ fn apply(
                     reason: "absent".into(),
                 },
             };
-            ledger.resolve_unknown(&ids[call], resolution).map(|_| ())
+            let attempt = attempt_of(ledger, &ids[call], false)?;
+            ledger.resolve_unknown(&attempt, resolution).map(|_| ())
         }
         Op::Deliver { call } => ledger.mark_delivered(std::slice::from_ref(&ids[call])),
         Op::Cancel { call } => ledger.cancel(&ids[call]).map(|_| ()),
@@ -567,6 +588,11 @@ proptest! {
                 // the record stands.
                 let log = ledger.transitions(id).unwrap();
                 for t in &log {
+                    // A stale attempt's note records evidence, not a move.
+                    if t.transition == "stale_attempt" {
+                        prop_assert_eq!(t.from, Some(t.to));
+                        continue;
+                    }
                     match t.from {
                         None => prop_assert!(
                             matches!(t.to, ExecutionStatus::Prepared | ExecutionStatus::Executing),

@@ -21,7 +21,7 @@ fn replay_returns_the_stored_result_byte_for_byte_and_runs_nothing() {
     // Deliberately non-canonical result text: replay must not re-serialise it.
     let result = "{ \"id\" : \"msg_9\",\n \"amount\": 1.50 }";
     ledger
-        .commit(&ticket.execution_id, result, Some("msg_9"))
+        .commit(&ticket.attempt_id(), result, Some("msg_9"))
         .unwrap();
 
     let mut executes = 0;
@@ -59,7 +59,7 @@ fn equivalent_json_is_the_same_call() {
     let Begin::Execute(t) = ledger.begin(&op("o"), 0, &a).unwrap() else {
         panic!()
     };
-    ledger.commit(&t.execution_id, "{}", None).unwrap();
+    ledger.commit(&t.attempt_id(), "{}", None).unwrap();
     assert!(matches!(
         ledger.begin(&op("o"), 0, &b).unwrap(),
         Begin::Replay(_)
@@ -89,7 +89,7 @@ fn same_id_with_different_arguments_is_a_conflict_with_both_digests() {
         other => panic!("unexpected {other:?}"),
     }
     ledger
-        .commit(&t.execution_id, r#"{"paid":10}"#, Some("pay_1"))
+        .commit(&t.attempt_id(), r#"{"paid":10}"#, Some("pay_1"))
         .unwrap();
     // … and after commit; the stored record is untouched.
     assert!(matches!(
@@ -148,7 +148,7 @@ fn a_regenerated_round_is_new_executions_not_a_replay() {
         panic!()
     };
     ledger
-        .commit(&t.execution_id, r#"{"sent":1}"#, None)
+        .commit(&t.attempt_id(), r#"{"sent":1}"#, None)
         .unwrap();
     // The model regenerated its turn: round 2, even with the same provider id
     // and arguments, is a new execution that runs.

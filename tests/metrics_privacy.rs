@@ -212,7 +212,7 @@ fn values_never_reach_metrics_debug_output_or_the_cli_and_the_counters_add_up() 
         "{:?}",
         ledger
             .commit(
-                &paid_id,
+                &current(&ledger, &paid_id),
                 r#"{"confirmation":"conf-7f3a9c-SECRET","v":2}"#,
                 None
             )
@@ -221,13 +221,17 @@ fn values_never_reach_metrics_debug_output_or_the_cli_and_the_counters_add_up() 
     errors.push(format!(
         "{:?}",
         ledger
-            .commit(&paid_id, r#"{"card":"4111 1111 1111 1111""#, None)
+            .commit(
+                &current(&ledger, &paid_id),
+                r#"{"card":"4111 1111 1111 1111""#,
+                None
+            )
             .unwrap_err()
     ));
     errors.push(format!(
         "{:?}",
         rt.block_on(executor.resolve_unknown(
-            &paid_id,
+            &current(&ledger, &paid_id),
             Resolution::Found {
                 result_json: RESULT.into(),
                 external_id: Some("conf-7f3a9c-SECRET".into()),

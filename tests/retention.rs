@@ -36,7 +36,7 @@ fn delivered(ledger: &Ledger, op_name: &str, call_id: &str, args: &str) -> Execu
         panic!("expected Execute")
     };
     ledger
-        .commit(&t.execution_id, r#"{"sent":true}"#, Some("msg_1"))
+        .commit(&t.attempt_id(), r#"{"sent":true}"#, Some("msg_1"))
         .unwrap();
     ledger
         .mark_delivered(std::slice::from_ref(&t.execution_id))
@@ -85,7 +85,7 @@ fn pruned_calls_leave_tombstones_and_a_late_retry_is_refused_never_run() {
             .unwrap(),
     );
     ledger
-        .fail_before_commit(&failed.execution_id, "refused", false)
+        .fail_before_commit(&failed.attempt_id(), "refused", false)
         .unwrap();
 
     clock.advance(31 * DAY_MS);
@@ -215,10 +215,14 @@ fn work_that_needs_attention_is_never_pruned() {
     let executing = ticket(ledger.begin(&o, 0, &spec("exec", "t", "{}")).unwrap()).execution_id;
     // outcome_unknown
     let unknown = ticket(ledger.begin(&o, 0, &spec("unk", "t", "{}")).unwrap()).execution_id;
-    ledger.mark_outcome_unknown(&unknown, "timeout").unwrap();
+    ledger
+        .mark_outcome_unknown(&current(&ledger, &unknown), "timeout")
+        .unwrap();
     // committed, not delivered
     let committed = ticket(ledger.begin(&o, 0, &spec("com", "t", "{}")).unwrap()).execution_id;
-    ledger.commit(&committed, "[1]", None).unwrap();
+    ledger
+        .commit(&current(&ledger, &committed), "[1]", None)
+        .unwrap();
     // prepared, waiting for approval; and approved
     let Begin::NeedsApproval(prepared) = ledger
         .begin(&o, 0, &spec("prep", "t", "{}").with_approval())
@@ -237,7 +241,9 @@ fn work_that_needs_attention_is_never_pruned() {
         .unwrap();
     // failed, but retryable
     let retry = ticket(ledger.begin(&o, 0, &spec("retry", "t", "{}")).unwrap()).execution_id;
-    ledger.fail_before_commit(&retry, "503", true).unwrap();
+    ledger
+        .fail_before_commit(&current(&ledger, &retry), "503", true)
+        .unwrap();
 
     clock.advance(365 * DAY_MS);
     let report = ledger.prune(PruneCutoff::BeforeMs(i64::MAX), true).unwrap();
@@ -259,7 +265,7 @@ fn work_that_needs_attention_is_never_pruned() {
     // Resolving and delivering later still works on the kept rows.
     let resolved = ledger
         .resolve_unknown(
-            &unknown,
+            &current(&ledger, &unknown),
             Resolution::Found {
                 result_json: "[2]".into(),
                 external_id: None,
@@ -294,7 +300,7 @@ fn prune_respects_the_cutoff_and_removes_everything_hanging_off_an_execution() {
         )
         .unwrap();
     let t = ledger.mark_executing(&req.execution_id).unwrap();
-    ledger.record_job(&t.execution_id, "job_1").unwrap();
+    ledger.record_job(&t.attempt_id(), "job_1").unwrap();
     let progress = JobUpdate::Progress {
         state: "queued".into(),
     };
@@ -321,9 +327,13 @@ fn prune_respects_the_cutoff_and_removes_everything_hanging_off_an_execution() {
             .unwrap(),
     )
     .execution_id;
-    ledger.record_batch_item(&b, 0, "{}", None).unwrap();
-    ledger.record_batch_item(&b, 1, "{}", None).unwrap();
-    ledger.commit(&b, "[]", None).unwrap();
+    ledger
+        .record_batch_item(&current(&ledger, &b), 0, "{}", None)
+        .unwrap();
+    ledger
+        .record_batch_item(&current(&ledger, &b), 1, "{}", None)
+        .unwrap();
+    ledger.commit(&current(&ledger, &b), "[]", None).unwrap();
     ledger.mark_delivered(std::slice::from_ref(&b)).unwrap();
 
     clock.advance(10 * DAY_MS);
@@ -388,7 +398,9 @@ fn a_compensated_execution_stays_until_its_compensation_can_go() {
         .compensate(&original, &op("o"), 1, &spec("refund", "refund", "{}"))
         .unwrap();
     let refund = ticket(refund).execution_id;
-    ledger.commit(&refund, "{}", None).unwrap();
+    ledger
+        .commit(&current(&ledger, &refund), "{}", None)
+        .unwrap();
     clock.advance(10 * DAY_MS);
 
     // The compensation is committed but not delivered: neither goes.
@@ -557,7 +569,7 @@ fn a_v1_database_migrates_to_the_current_version_and_equals_a_fresh_schema() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert_eq!(version, CURRENT_VERSION);
-    assert_eq!(CURRENT_VERSION, 3);
+    assert_eq!(CURRENT_VERSION, 4);
     // The pages of the rebuilt tables went back to the file system.
     let free: i64 = conn
         .query_row("PRAGMA freelist_count", [], |r| r.get(0))

@@ -309,7 +309,7 @@ fn a_disk_that_fills_during_the_side_effect_keeps_the_intent_and_recovery_finish
         Ledger::open(&path, config(Duration::from_secs(1))).unwrap(),
         &tool,
     );
-    let recovered = run(exec.recover()).unwrap();
+    let recovered = run(exec.recover()).unwrap().outcomes;
     // Call 0's undelivered result comes back as a replay; call 1 is reconciled.
     assert_eq!(recovered.len(), 2);
     for out in &recovered {

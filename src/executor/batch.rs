@@ -208,8 +208,9 @@ async fn settle_uncertain_item(
                     Some(wait) => Settled::Stop(Step::Done(CallOutcome::Unknown {
                         execution_id: attempt.execution_id.clone(),
                         attempt: attempt.attempt,
-                        reason: "batch item not found downstream yet; the request sent may still land"
-                            .into(),
+                        reason:
+                            "batch item not found downstream yet; the request sent may still land"
+                                .into(),
                         retry_after: Some(wait),
                     })),
                     None => Settled::Absent,

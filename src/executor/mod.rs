@@ -52,8 +52,12 @@ pub use tool::{
 use std::collections::HashMap as Map;
 use std::sync::Mutex;
 
-use crate::ledger::{AttemptId, Begin, CallSpec, JobApplied, JobUpdate, Ledger, Resolution, Ticket};
-use crate::model::{ArgsDigest, ExecutionId, ExecutionStatus, OperationId, OperationStatus, ToolCall};
+use crate::ledger::{
+    AttemptId, Begin, CallSpec, JobApplied, JobUpdate, Ledger, Resolution, Ticket,
+};
+use crate::model::{
+    ArgsDigest, ExecutionId, ExecutionStatus, OperationId, OperationStatus, ToolCall,
+};
 
 /// How the executor retries and times out.
 #[derive(Debug, Clone)]

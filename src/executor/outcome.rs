@@ -111,6 +111,21 @@ impl CallOutcome {
         }
     }
 
+    /// For `Unknown`: the attempt to name when resolving it.
+    pub fn unknown_attempt(&self) -> Option<crate::ledger::AttemptId> {
+        match self {
+            CallOutcome::Unknown {
+                execution_id,
+                attempt,
+                ..
+            } => Some(crate::ledger::AttemptId::new(
+                execution_id.clone(),
+                *attempt,
+            )),
+            _ => None,
+        }
+    }
+
     /// The result JSON when the outcome is `Completed`.
     pub fn result_json(&self) -> Option<&str> {
         match self {

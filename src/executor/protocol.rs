@@ -118,14 +118,12 @@ impl Executor {
                     running.finish();
                     next
                 }
-                Step::Reconcile(ticket) => {
-                    match desc.batch {
-                        BatchMode::Independent => {
-                            batch::perform_items(self, tool, desc, ticket, true).await?
-                        }
-                        BatchMode::Atomic => self.reconcile(tool, desc, ticket).await?,
+                Step::Reconcile(ticket) => match desc.batch {
+                    BatchMode::Independent => {
+                        batch::perform_items(self, tool, desc, ticket, true).await?
                     }
-                }
+                    BatchMode::Atomic => self.reconcile(tool, desc, ticket).await?,
+                },
             };
         }
     }

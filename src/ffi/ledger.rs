@@ -162,7 +162,12 @@ impl Ledger {
     ///
     /// # Errors
     /// `StaleAttempt`; `InvalidTransition` unless executing; `NotFound`.
-    pub fn fail_before_commit(&self, ticket: Ticket, reason: String, retryable: bool) -> Result<()> {
+    pub fn fail_before_commit(
+        &self,
+        ticket: Ticket,
+        reason: String,
+        retryable: bool,
+    ) -> Result<()> {
         Ok(self
             .inner
             .fail_before_commit(&ticket.attempt_id(), &reason, retryable)?)

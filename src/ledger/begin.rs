@@ -367,7 +367,9 @@ impl Ledger {
             },
             Decision::Abandon { reason } => {
                 if !self.abandon_attempt(dao, &mut rec, reason, mono, now)? {
-                    return Err(Error::Internal("an executing row moved inside its transaction"));
+                    return Err(Error::Internal(
+                        "an executing row moved inside its transaction",
+                    ));
                 }
                 return Ok((Begin::Reconcile(Ticket::from_record(&rec)), true));
             }
@@ -385,8 +387,12 @@ impl Ledger {
                 args_json: rec.args_json,
                 args_digest: rec.args_digest,
             }),
-            Decision::Start => Begin::Execute(self.start_attempt(dao, &rec, Transition::Start, now)?),
-            Decision::Retry => Begin::Execute(self.start_attempt(dao, &rec, Transition::Retry, now)?),
+            Decision::Start => {
+                Begin::Execute(self.start_attempt(dao, &rec, Transition::Start, now)?)
+            }
+            Decision::Retry => {
+                Begin::Execute(self.start_attempt(dao, &rec, Transition::Retry, now)?)
+            }
             Decision::Failed => Begin::Failed {
                 execution_id: id,
                 reason: rec.last_reason.unwrap_or_default(),
@@ -490,6 +496,37 @@ impl Ledger {
                 transition,
             });
         }
+        if matches!(
+            mv.to(),
+            ExecutionStatus::CancelledBeforeCommit | ExecutionStatus::FailedBeforeCommit
+        ) {
+            self.settle_cancelled_operation(dao, &rec.operation_id, now)?;
+        }
         Ok(mv.to())
+    }
+
+    /// An operation stopped while an effect was possible is
+    /// `cancelled_after_side_effect`; once none of its executions can have
+    /// an effect any more (nothing committed, running or unknown, no batch
+    /// item committed), it is plain `cancelled` again.
+    fn settle_cancelled_operation(&self, dao: &Dao<'_>, op: &OperationId, now: i64) -> Result<()> {
+        if dao.operation_status(op)? != Some(OperationStatus::CancelledAfterSideEffect) {
+            return Ok(());
+        }
+        for rec in dao.executions_of(op)? {
+            let possible = matches!(
+                rec.status,
+                ExecutionStatus::Committed
+                    | ExecutionStatus::ResultDelivered
+                    | ExecutionStatus::Executing
+                    | ExecutionStatus::OutcomeUnknown
+            ) || (rec.status == ExecutionStatus::FailedBeforeCommit
+                && dao.has_batch_items(&rec.execution_id)?);
+            if possible {
+                return Ok(());
+            }
+        }
+        dao.set_operation_status(op, OperationStatus::Cancelled, now)?;
+        Ok(())
     }
 }

@@ -85,7 +85,10 @@ fn read_boot_id() -> Option<String> {
         return None;
     }
     let text = buf.get(..len)?;
-    let text = std::str::from_utf8(text).ok()?.trim_end_matches('\0').trim();
+    let text = std::str::from_utf8(text)
+        .ok()?
+        .trim_end_matches('\0')
+        .trim();
     (!text.is_empty()).then(|| text.to_owned())
 }
 
@@ -120,8 +123,13 @@ fn boot_clock_ms() -> i64 {
 #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
 fn boot_clock_ms() -> i64 {
     static START: OnceLock<std::time::Instant> = OnceLock::new();
-    i64::try_from(START.get_or_init(std::time::Instant::now).elapsed().as_millis())
-        .unwrap_or(i64::MAX)
+    i64::try_from(
+        START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_millis(),
+    )
+    .unwrap_or(i64::MAX)
 }
 
 /// A clock that only moves when told to (tests, simulations). The wall clock

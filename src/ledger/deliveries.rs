@@ -129,18 +129,22 @@ impl Settle for StoreStats {
                 continue;
             }
             seen.push(&mark.execution_id);
-            if let Some((ExecutionStatus::Committed, _)) = dao.status_and_attempt(&mark.execution_id)? {
+            if let Some((ExecutionStatus::Committed, _)) =
+                dao.status_and_attempt(&mark.execution_id)?
+            {
                 moved += 1;
             }
         }
         if moved > 0 {
-            let mut bump = |name: &str, delta: i64| {
-                match self.executions_by_status.iter_mut().find(|(n, _)| n == name) {
-                    Some((_, count)) => *count = count.saturating_add_signed(delta),
-                    None => self
-                        .executions_by_status
-                        .push((name.to_owned(), u64::try_from(delta).unwrap_or(0))),
-                }
+            let mut bump = |name: &str, delta: i64| match self
+                .executions_by_status
+                .iter_mut()
+                .find(|(n, _)| n == name)
+            {
+                Some((_, count)) => *count = count.saturating_add_signed(delta),
+                None => self
+                    .executions_by_status
+                    .push((name.to_owned(), u64::try_from(delta).unwrap_or(0))),
             };
             let moved = i64::try_from(moved).unwrap_or(i64::MAX);
             bump(ExecutionStatus::Committed.as_str(), -moved);
@@ -264,7 +268,11 @@ impl Ledger {
 
     /// The marks for `ids` that recent commits already vouch for, or `None`
     /// when some id must be checked by a read.
-    fn marks_from_recent_commits(&self, ids: &[ExecutionId], now: i64) -> Option<Vec<DeliveryMark>> {
+    fn marks_from_recent_commits(
+        &self,
+        ids: &[ExecutionId],
+        now: i64,
+    ) -> Option<Vec<DeliveryMark>> {
         let d = self.deliveries_lock();
         ids.iter()
             .map(|id| {

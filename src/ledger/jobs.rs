@@ -62,6 +62,9 @@ pub enum JobApplied {
 impl Ledger {
     /// Durably records that item `index` of an independent batch committed
     /// downstream. Recording the same item twice keeps the first record.
+    /// While the execution is `executing` only its owner may record (the
+    /// attempt and the session must match); while its outcome is unknown,
+    /// any session reconciling it may (the attempt must match).
     ///
     /// # Errors
     /// [`Error::StaleAttempt`] (the item is kept as evidence);
@@ -86,9 +89,19 @@ impl Ledger {
                 item_index: Some(index),
                 ..Carried::default()
             };
-            if let Some(stale) =
-                self.check_fence(dao, &rec, attempt, true, EvidenceKind::BatchItem, &carried, now)?
-            {
+            // A running attempt records its items itself (its owner only);
+            // an item found downstream while its outcome is unknown is a
+            // fact any reconciler may record (the attempt must match).
+            let own = rec.status == ExecutionStatus::Executing;
+            if let Some(stale) = self.check_fence(
+                dao,
+                &rec,
+                attempt,
+                own,
+                EvidenceKind::BatchItem,
+                &carried,
+                now,
+            )? {
                 return Ok(Fenced::Refused(stale));
             }
             if !matches!(
@@ -120,11 +133,7 @@ impl Ledger {
     ///
     /// # Errors
     /// [`Error::StaleAttempt`], [`Error::NotFound`], storage errors.
-    pub fn commit_batch(
-        &self,
-        attempt: &AttemptId,
-        failure: Option<&str>,
-    ) -> Result<StoredResult> {
+    pub fn commit_batch(&self, attempt: &AttemptId, failure: Option<&str>) -> Result<StoredResult> {
         let now = self.now();
         let id = &attempt.execution_id;
         self.write_fenced(|dao| {
@@ -369,7 +378,10 @@ fn compose_items(
         out.push_str("],\"not_committed\":[");
         out.push_str(&missing.join(","));
         out.push_str("],\"reason\":");
-        write_json_string(&mut out, reason.unwrap_or("stopped before the remaining items"));
+        write_json_string(
+            &mut out,
+            reason.unwrap_or("stopped before the remaining items"),
+        );
         out.push('}');
     }
     out.push('}');

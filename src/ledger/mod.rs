@@ -26,7 +26,7 @@
 //! match ledger.begin(&op, 0, &CallSpec::new(call.clone(), 1))? {
 //!     Begin::Execute(ticket) => {
 //!         // ... send the email with ticket.downstream_key as idempotency key ...
-//!         ledger.commit(&ticket.execution_id, r#"{"sent":true}"#, Some("msg_1"))?;
+//!         ledger.commit(&ticket.attempt_id(), r#"{"sent":true}"#, Some("msg_1"))?;
 //!     }
 //!     other => panic!("unexpected {other:?}"),
 //! }
@@ -54,8 +54,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use answers::{
-    ApprovalRequest, AttemptId, Begin, CallSpec, CancelOutcome, Resolution, Resolved,
-    StoredResult, Ticket,
+    ApprovalRequest, AttemptId, Begin, CallSpec, CancelOutcome, Resolution, Resolved, StoredResult,
+    Ticket,
 };
 pub use clock::{Clock, ManualClock, Monotonic, SystemClock};
 pub use error::{Error, Result};

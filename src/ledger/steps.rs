@@ -125,7 +125,14 @@ impl Ledger {
         self.write(Durability::Full, |dao| {
             let rec = load(dao, id)?;
             check_digest(&rec, digest)?;
-            self.step(dao, &rec, Transition::Approve, None, StatusFields::default(), now)?;
+            self.step(
+                dao,
+                &rec,
+                Transition::Approve,
+                None,
+                StatusFields::default(),
+                now,
+            )?;
             dao.record_approval(id, digest, true, preview_json, now)?;
             Ok(())
         })
@@ -200,7 +207,9 @@ impl Ledger {
                 self.cancel_in(dao, &rec, now)?;
                 return Ok(Fenced::Refused(Error::OperationCancelled(id.clone())));
             }
-            Ok(Fenced::Done(self.start_attempt(dao, &rec, transition, now)?))
+            Ok(Fenced::Done(
+                self.start_attempt(dao, &rec, transition, now)?,
+            ))
         })
     }
 
@@ -219,9 +228,15 @@ impl Ledger {
                 external_id: Some(external_id),
                 ..Carried::default()
             };
-            if let Some(stale) =
-                self.check_fence(dao, &rec, attempt, true, EvidenceKind::ExternalId, &carried, now)?
-            {
+            if let Some(stale) = self.check_fence(
+                dao,
+                &rec,
+                attempt,
+                true,
+                EvidenceKind::ExternalId,
+                &carried,
+                now,
+            )? {
                 return Ok(Fenced::Refused(stale));
             }
             if dao.set_external_id(&attempt.execution_id, external_id, now)? {
@@ -271,9 +286,15 @@ impl Ledger {
                 external_id,
                 ..Carried::default()
             };
-            if let Some(stale) =
-                self.check_fence(dao, &rec, attempt, true, EvidenceKind::Commit, &carried, now)?
-            {
+            if let Some(stale) = self.check_fence(
+                dao,
+                &rec,
+                attempt,
+                true,
+                EvidenceKind::Commit,
+                &carried,
+                now,
+            )? {
                 return Ok(Fenced::Refused(stale));
             }
             let fence = (attempt, true);
@@ -409,9 +430,15 @@ impl Ledger {
                 reason: Some(reason),
                 ..Carried::default()
             };
-            if let Some(stale) =
-                self.check_fence(dao, &rec, attempt, true, EvidenceKind::Unknown, &carried, now)?
-            {
+            if let Some(stale) = self.check_fence(
+                dao,
+                &rec,
+                attempt,
+                true,
+                EvidenceKind::Unknown,
+                &carried,
+                now,
+            )? {
                 return Ok(Fenced::Refused(stale));
             }
             self.step(

@@ -13,7 +13,9 @@
 //! are compared with it, so a replay of such a call still replays. New
 //! records use [`DigestScheme::Exact`].
 
-use super::canonical::{canonicalize, canonicalize_legacy, write_json_string, JsonError, JsonLimits};
+use super::canonical::{
+    canonicalize, canonicalize_legacy, write_json_string, JsonError, JsonLimits,
+};
 use super::ids::ArgsDigest;
 
 /// How a stored digest was computed.
@@ -66,7 +68,13 @@ pub fn digest_arguments(
     arguments: &str,
     limits: &JsonLimits,
 ) -> Result<CanonicalArgs, JsonError> {
-    digest_with(DigestScheme::Exact, tool_name, tool_version, arguments, limits)
+    digest_with(
+        DigestScheme::Exact,
+        tool_name,
+        tool_version,
+        arguments,
+        limits,
+    )
 }
 
 /// [`digest_arguments`] under a given scheme (to compare a new call with a
@@ -132,9 +140,15 @@ mod tests {
         assert_ne!(a.digest, b.digest);
         assert_eq!(a.json, r#"{"account":12345678901234567}"#);
         let legacy = |args: &str| {
-            digest_with(DigestScheme::NearestDouble, "pay", 1, args, &JsonLimits::default())
-                .unwrap()
-                .digest
+            digest_with(
+                DigestScheme::NearestDouble,
+                "pay",
+                1,
+                args,
+                &JsonLimits::default(),
+            )
+            .unwrap()
+            .digest
         };
         // Version 3 could not tell them apart; records it stored keep that.
         assert_eq!(
@@ -142,7 +156,10 @@ mod tests {
             legacy(r#"{"account":12345678901234568}"#)
         );
         // For ordinary numbers both schemes give the same digest.
-        assert_eq!(legacy(r#"{"amount":12.5,"n":3}"#), d("pay", 1, r#"{"n":3.0,"amount":12.50}"#).digest);
+        assert_eq!(
+            legacy(r#"{"amount":12.5,"n":3}"#),
+            d("pay", 1, r#"{"n":3.0,"amount":12.50}"#).digest
+        );
     }
 
     #[test]

@@ -487,7 +487,13 @@ mod tests {
             tool_version: u32::MAX,
         });
         assert!(
-            matches!(derived, Err(IdError::TooLong { component: "execution id", .. })),
+            matches!(
+                derived,
+                Err(IdError::TooLong {
+                    component: "execution id",
+                    ..
+                })
+            ),
             "{derived:?}"
         );
         let ok = ExecutionId::derive(&ExecutionIdParts {

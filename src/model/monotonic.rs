@@ -41,11 +41,23 @@ mod tests {
 
     #[test]
     fn since_is_exact_within_a_boot_and_a_lower_bound_across_boots() {
-        assert_eq!(Monotonic::new("a", 5_000).since(&Monotonic::new("a", 1_000)), 4_000);
+        assert_eq!(
+            Monotonic::new("a", 5_000).since(&Monotonic::new("a", 1_000)),
+            4_000
+        );
         // Another boot: at least the new boot's uptime has passed.
-        assert_eq!(Monotonic::new("b", 700).since(&Monotonic::new("a", 90_000)), 700);
+        assert_eq!(
+            Monotonic::new("b", 700).since(&Monotonic::new("a", 90_000)),
+            700
+        );
         // Unknown boot ids, clock went back: a reboot.
-        assert_eq!(Monotonic::new("", 300).since(&Monotonic::new("", 9_000)), 300);
-        assert_eq!(Monotonic::new("", 9_300).since(&Monotonic::new("", 9_000)), 300);
+        assert_eq!(
+            Monotonic::new("", 300).since(&Monotonic::new("", 9_000)),
+            300
+        );
+        assert_eq!(
+            Monotonic::new("", 9_300).since(&Monotonic::new("", 9_000)),
+            300
+        );
     }
 }

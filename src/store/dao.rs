@@ -384,7 +384,9 @@ impl<'a> Dao<'a> {
             reason: Some(reason),
         });
         self.tx
-            .prepare_cached("UPDATE executions SET history = history || ?2 WHERE execution_id = ?1")?
+            .prepare_cached(
+                "UPDATE executions SET history = history || ?2 WHERE execution_id = ?1",
+            )?
             .execute(params![id.as_str(), line])?;
         Ok(())
     }
@@ -1046,7 +1048,9 @@ impl Dao<'_> {
         let found: Option<(String, String, u64, Option<i64>)> = self
             .tx
             .prepare_cached(&sql)?
-            .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .query_row([id.as_str()], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
             .optional()?;
         let Some((digest, status, log_entries, scheme)) = found else {
             return Ok(None);

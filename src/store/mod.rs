@@ -157,7 +157,8 @@ impl Store {
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
         let resolved = resolve_path(path)?;
         let location = Location::File(resolved.clone());
-        let conn = connect(&location, &options, true).map_err(|e| refine_cannot_open(e, &resolved))?;
+        let conn =
+            connect(&location, &options, true).map_err(|e| refine_cannot_open(e, &resolved))?;
         let ledger_id = dao::Dao::new(&conn).ledger_id()?;
         let wal = file_id(&wal_path(&resolved));
         Ok(Store {
@@ -741,7 +742,9 @@ mod tests {
         let store = Store::open(&path, StoreOptions::default()).unwrap();
         let op = OperationId::new("before").unwrap();
         store
-            .write(Durability::Full, |dao| dao.ensure_operation(&op, 1).map(|_| ()))
+            .write(Durability::Full, |dao| {
+                dao.ensure_operation(&op, 1).map(|_| ())
+            })
             .unwrap();
         // What another SQLite in the process does when it closes the file:
         // checkpoint everything, then delete the WAL.
@@ -749,13 +752,18 @@ mod tests {
         std::fs::remove_file(dir.path().join("s.db-wal")).unwrap();
         let op2 = OperationId::new("after").unwrap();
         store
-            .write(Durability::Full, |dao| dao.ensure_operation(&op2, 1).map(|_| ()))
+            .write(Durability::Full, |dao| {
+                dao.ensure_operation(&op2, 1).map(|_| ())
+            })
             .unwrap();
         drop(store);
         // Both writes are in the file (the second went to a fresh WAL).
         let again = Store::open(&path, StoreOptions::default()).unwrap();
         for op in [&op, &op2] {
-            assert!(again.read(|dao| dao.operation_status(op)).unwrap().is_some());
+            assert!(again
+                .read(|dao| dao.operation_status(op))
+                .unwrap()
+                .is_some());
         }
     }
 }

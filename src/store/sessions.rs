@@ -134,7 +134,13 @@ impl Dao<'_> {
                  ON CONFLICT(session_id) DO UPDATE SET lock_path = excluded.lock_path,
                     boot_id = excluded.boot_id, suspended_ms = NULL, suspend_lease_ms = NULL",
             )?
-            .execute(params![session.as_str(), lock_path, boot_id, opened_ms, pid])?;
+            .execute(params![
+                session.as_str(),
+                lock_path,
+                boot_id,
+                opened_ms,
+                pid
+            ])?;
         Ok(())
     }
 

@@ -37,3 +37,12 @@ pub fn call(id: &str, tool: &str, args: &str) -> ToolCall {
 pub fn spec(id: &str, tool: &str, args: &str) -> CallSpec {
     CallSpec::new(call(id, tool, args), 1)
 }
+
+/// The current attempt of `id` (the fencing token its next step must name).
+pub fn current(
+    ledger: &Ledger,
+    id: &toolledger::model::ExecutionId,
+) -> toolledger::ledger::AttemptId {
+    let attempt = ledger.get(id).unwrap().map_or(0, |r| r.attempt_count);
+    toolledger::ledger::AttemptId::new(id.clone(), attempt)
+}

@@ -36,7 +36,7 @@ pub fn ledger_call(ledger: &Ledger, series: &str, i: u64, result: &str) -> CliRe
     let Begin::Execute(ticket) = ledger.begin(&op, round, &spec)? else {
         return Err(other("bench: a fresh call was not answered Execute"));
     };
-    ledger.commit(&ticket.execution_id, result, None)?;
+    ledger.commit(&ticket.attempt_id(), result, None)?;
     ledger.mark_delivered(std::slice::from_ref(&ticket.execution_id))?;
     Ok(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
@@ -318,11 +318,11 @@ pub fn recover(dir: &Path, rows: u64) -> CliResult<RecoverFigure> {
             let _ = ledger.begin(&op, round, &CallSpec::new(call, 1).with_approval())?;
             let (op, round, call) = call_of("undelivered", i)?;
             if let Begin::Execute(t) = ledger.begin(&op, round, &CallSpec::new(call, 1))? {
-                ledger.commit(&t.execution_id, &result, None)?;
+                ledger.commit(&t.attempt_id(), &result, None)?;
             }
             let (op, round, call) = call_of("unknown", i)?;
             if let Begin::Execute(t) = ledger.begin(&op, round, &CallSpec::new(call, 1))? {
-                ledger.mark_outcome_unknown(&t.execution_id, "bench: timed out")?;
+                ledger.mark_outcome_unknown(&t.attempt_id(), "bench: timed out")?;
             }
         }
         ledger.checkpoint()?;

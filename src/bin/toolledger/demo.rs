@@ -24,7 +24,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use toolledger::ledger::{Begin, Ledger, LedgerConfig, Resolution, Resolved, StoredResult, Ticket};
+use toolledger::ledger::{
+    AttemptId, Begin, Ledger, LedgerConfig, Resolution, Resolved, StoredResult, Ticket,
+};
 use toolledger::model::{ArgsDigest, DownstreamKey, ExecutionId, ExecutionStatus, OperationId};
 
 use crate::args::DemoArgs;
@@ -148,7 +150,8 @@ impl Demo {
                 ExecutionStatus::OutcomeUnknown => {
                     let why = rec.last_reason.as_deref().unwrap_or("outcome unknown");
                     step(&id, tool, format!("recover: outcome_unknown ({why})"));
-                    self.reconcile(tool, &id, &rec.downstream_key)?;
+                    let attempt = AttemptId::new(id.clone(), rec.attempt_count);
+                    self.reconcile(tool, &attempt, &rec.downstream_key)?;
                 }
                 ExecutionStatus::Committed => {
                     step(&id, tool, "recover: committed, never delivered: replay");
@@ -158,6 +161,7 @@ impl Demo {
                             .ok_or_else(|| unexpected(&id, "committed without a result"))?,
                         execution_id: rec.execution_id,
                         external_id: rec.external_id,
+                        partial: rec.partial,
                     };
                     self.give(tool, &stored)?;
                 }
@@ -212,7 +216,7 @@ impl Demo {
             }
             Begin::Reconcile(ticket) => {
                 step(&id, tool, "begin: outcome unknown: reconcile");
-                self.reconcile(tool, &id, &ticket.downstream_key)
+                self.reconcile(tool, &ticket.attempt_id(), &ticket.downstream_key)
             }
             // Nothing to run: the summary reports the call as not completed.
             refused => {
@@ -281,14 +285,17 @@ impl Demo {
         }
         self.crash.reached(Boundary::AfterRemoteCommit, tool.name);
         let result = tool.result_json(&done.external_id);
-        let stored = self.ledger.commit(id, &result, Some(&done.external_id))?;
+        let stored = self
+            .ledger
+            .commit(&ticket.attempt_id(), &result, Some(&done.external_id))?;
         step(id, tool, "committed: result durable in the ledger");
         self.crash.reached(Boundary::AfterLocalCommit, tool.name);
         Ok(stored)
     }
 
     /// Reconciles an unknown outcome by looking our key up at the remote.
-    fn reconcile(&mut self, tool: Tool, id: &ExecutionId, key: &DownstreamKey) -> CliResult<()> {
+    fn reconcile(&mut self, tool: Tool, attempt: &AttemptId, key: &DownstreamKey) -> CliResult<()> {
+        let id = &attempt.execution_id;
         match self.remote.lookup(key.as_str())? {
             Some(external_id) => {
                 step(
@@ -300,7 +307,7 @@ impl Demo {
                     result_json: tool.result_json(&external_id),
                     external_id: Some(external_id),
                 };
-                match self.ledger.resolve_unknown(id, found)? {
+                match self.ledger.resolve_unknown(attempt, found)? {
                     Resolved::Committed(stored) => {
                         step(id, tool, "committed: found effect recorded");
                         self.crash.reached(Boundary::AfterLocalCommit, tool.name);
@@ -315,7 +322,10 @@ impl Demo {
                     tool,
                     "reconcile: not found at the remote: retry, same key",
                 );
-                match self.ledger.resolve_unknown(id, Resolution::NotFoundRetry)? {
+                match self
+                    .ledger
+                    .resolve_unknown(attempt, Resolution::NotFoundRetry)?
+                {
                     Resolved::Retry(ticket) => {
                         step(
                             id,

@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde_json::json;
 use toolledger::crashpoint::{self, CrashPoint};
 use toolledger::executor::{CallOutcome, Executor, ExecutorConfig};
-use toolledger::ledger::{JobApplied, JobUpdate, Ledger, LedgerConfig, Resolution};
+use toolledger::ledger::{AttemptId, JobApplied, JobUpdate, Ledger, LedgerConfig, Resolution};
 use toolledger::model::{ExecutionId, OperationId};
 
 use super::workload::{self, Mode, BATCH_TOOL};
@@ -160,6 +160,7 @@ impl App {
                 result_json,
                 external_id: rec.external_id,
                 replayed: false,
+                partial: rec.partial,
             }),
             _ => Err(format!("job {id} not committed after its webhook")),
         }
@@ -176,6 +177,8 @@ impl App {
             .map_err(|e| e.to_string())?
             .ok_or("unknown execution vanished")?;
         let addr = self.addr;
+        // The attempt whose outcome is unknown: the resolution names it.
+        let attempt = AttemptId::new(id.clone(), rec.attempt_count);
         let resolution = if rec.tool_name == BATCH_TOOL {
             let done: Vec<u32> = ledger
                 .batch_items(id)
@@ -191,7 +194,7 @@ impl App {
                 };
                 let Some((result, ext)) = found else { break };
                 ledger
-                    .record_batch_item(id, index, &result, ext.as_deref())
+                    .record_batch_item(&attempt, index, &result, ext.as_deref())
                     .map_err(|e| format!("record item {index} of {id}: {e}"))?;
             }
             Resolution::NotFoundRetry
@@ -208,7 +211,7 @@ impl App {
         };
         self.counters.resolved.fetch_add(1, Ordering::Relaxed);
         self.exec
-            .resolve_unknown(id, resolution)
+            .resolve_unknown(&attempt, resolution)
             .await
             .map(Some)
             .map_err(|e| format!("resolve {id}: {e}"))
@@ -266,8 +269,11 @@ async fn life(args: &WorkerArgs) -> Result<String, String> {
     let op = OperationId::new(args.op.clone()).map_err(|e| e.to_string())?;
 
     let recovered = exec.recover().await.map_err(|e| format!("recover: {e}"))?;
-    let recovered_count = recovered.len();
-    for outcome in recovered {
+    if let Some(f) = recovered.failed.first() {
+        return Err(format!("recover: {}: {}", f.execution_id, f.error));
+    }
+    let recovered_count = recovered.outcomes.len();
+    for outcome in recovered.outcomes {
         app.settle(outcome).await?;
     }
     for (round, calls) in workload::rounds() {

@@ -77,6 +77,10 @@ fn descriptor(mode: Mode, name: &str) -> ToolDescriptor {
         } else {
             BatchMode::Atomic
         },
+        // The supervisor restarts a worker only after the dead worker's
+        // requests have settled at the service (`Service::quiesce`): no
+        // request of an earlier life can land later.
+        landing_window: std::time::Duration::ZERO,
         ..ToolDescriptor::side_effect(name, 1)
     }
 }

@@ -542,7 +542,10 @@ mod tests {
         assert_eq!(canon(input).unwrap(), expected);
         assert_eq!(canon(expected).unwrap(), expected, "idempotent");
         let rfc = expected.replace("333333333.33333329", "333333333.3333333");
-        assert_eq!(canonicalize_legacy(input, &JsonLimits::default()).unwrap(), rfc);
+        assert_eq!(
+            canonicalize_legacy(input, &JsonLimits::default()).unwrap(),
+            rfc
+        );
     }
 
     #[test]
@@ -700,7 +703,10 @@ mod tests {
             let long = format!("{v:.30e}");
             let legacy = canonicalize_legacy(&long, &JsonLimits::default()).unwrap();
             assert_eq!(legacy, expected, "{bits:#018x}");
-            assert_eq!(canonicalize_legacy(expected, &JsonLimits::default()).unwrap(), expected);
+            assert_eq!(
+                canonicalize_legacy(expected, &JsonLimits::default()).unwrap(),
+                expected
+            );
         }
     }
 
@@ -741,7 +747,11 @@ mod tests {
         assert_eq!(canon("1e21").unwrap(), "1e+21");
         assert_eq!(canon("1e-7").unwrap(), "1e-7");
         // Idempotent.
-        for text in ["1.2345678901234567890123456789e+29", "1e-400", "-0.0000033333333333333333"] {
+        for text in [
+            "1.2345678901234567890123456789e+29",
+            "1e-400",
+            "-0.0000033333333333333333",
+        ] {
             assert_eq!(canon(text).unwrap(), text);
         }
         // Exponents beyond i32 are refused, not truncated; overflow is still
@@ -750,7 +760,10 @@ mod tests {
             canon("1e-99999999999"),
             Err(invalid(0, "number exponent out of range"))
         );
-        assert_eq!(canon("1e400"), Err(JsonError::NonFiniteNumber { offset: 0 }));
+        assert_eq!(
+            canon("1e400"),
+            Err(JsonError::NonFiniteNumber { offset: 0 })
+        );
     }
 
     #[test]

@@ -143,6 +143,11 @@ mod tests {
         assert_eq!(items(r#"[{"items":[1]}]"#), None);
         assert_eq!(items("{}"), None);
         assert!(object_array_member(r#"{"items":[1,]}"#, "items", &JsonLimits::default()).is_err());
-        assert!(object_array_member(r#"{"items":[1],"items":[2]}"#, "items", &JsonLimits::default()).is_err());
+        assert!(object_array_member(
+            r#"{"items":[1],"items":[2]}"#,
+            "items",
+            &JsonLimits::default()
+        )
+        .is_err());
     }
 }
