@@ -405,4 +405,91 @@ mod tests {
             Err(ProviderError::InvalidCallId { provider: MCP })
         );
     }
+
+    #[test]
+    fn renders_by_the_protocol_version_the_request_declares() {
+        let json = include_str!("../../tests/fixtures/providers/mcp_2026_request.json");
+        let limits = ParseLimits::default();
+        assert_eq!(
+            McpProtocol::of_request(json, &limits),
+            Ok(Some(McpProtocol::V2026_07_28))
+        );
+        let calls = parse(json).unwrap();
+        assert_eq!(
+            calls,
+            vec![call(
+                r#""call-weather-0202""#,
+                "get_weather",
+                r#"{"city":"New York","date":"2026-02-02","elevation_m":10.0}"#,
+                0
+            )]
+        );
+        let stored = result(r#"{"temp_f": 72, "sky": "partly cloudy"}"#, false);
+        assert_eq!(
+            super::super::render_mcp_result(&calls[0], &stored, McpProtocol::V2026_07_28).unwrap(),
+            concat!(
+                r#"{"jsonrpc":"2.0","id":"call-weather-0202","result":{"resultType":"complete","#,
+                r#""content":[{"type":"text","text":"{\"sky\":\"partly cloudy\",\"temp_f\":72}"}],"#,
+                r#""structuredContent":{"sky":"partly cloudy","temp_f":72},"isError":false}}"#
+            )
+        );
+        // Earlier revisions render exactly as render_tool_result does.
+        for older in &McpProtocol::ALL[..4] {
+            assert_eq!(
+                super::super::render_mcp_result(&calls[0], &stored, *older),
+                render_tool_result(&calls[0], &stored)
+            );
+        }
+        let older_request = include_str!("../../tests/fixtures/providers/mcp_single_unicode.json");
+        assert_eq!(McpProtocol::of_request(older_request, &limits), Ok(None));
+    }
+
+    #[test]
+    fn unknown_versions_and_versioned_batch_elements_are_refused() {
+        let future = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"f",
+            "_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}"#;
+        let refused = Err(ProviderError::UnsupportedProtocolVersion {
+            provider: MCP,
+            version: "2099-01-01".into(),
+        });
+        assert_eq!(parse(future), refused.clone().map(|()| vec![]));
+        assert_eq!(
+            McpProtocol::of_request(future, &ParseLimits::default()),
+            refused.map(|()| None)
+        );
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"f",
+            "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}]"#;
+        assert!(matches!(
+            parse(batch),
+            Err(ProviderError::WrongType { ref field, .. }) if field == "[0]"
+        ));
+        assert_eq!(
+            McpProtocol::parse("2025-06-18"),
+            Ok(McpProtocol::V2025_06_18)
+        );
+        let chat_call =
+            super::super::tests::tool_call(Provider::OpenAiChat, "c", false, "f", "{}", 0);
+        assert_eq!(
+            super::super::render_mcp_result(
+                &chat_call,
+                &result("1", false),
+                McpProtocol::V2026_07_28
+            ),
+            Err(ProviderError::ProviderMismatch {
+                expected: MCP,
+                found: Provider::OpenAiChat
+            })
+        );
+    }
+
+    #[test]
+    fn number_ids_keep_their_text() {
+        let request = r#"{"jsonrpc":"2.0","id":1e3,"method":"tools/call","params":{"name":"f"}}"#;
+        let calls = parse(request).unwrap();
+        assert_eq!(calls[0].call_id, "1e3");
+        assert_eq!(
+            render_tool_result(&calls[0], &result(r#""ok""#, false)).unwrap(),
+            r#"{"jsonrpc":"2.0","id":1e3,"result":{"content":[{"type":"text","text":"ok"}],"isError":false}}"#
+        );
+    }
 }
