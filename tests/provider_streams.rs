@@ -185,6 +185,26 @@ fn no_chunk_with_a_partial_call_parses_as_a_call() {
 }
 
 #[test]
+fn a_chat_responses_or_anthropic_event_is_no_response() {
+    for (provider, name) in [
+        (Provider::OpenAiChat, "openai_chat_stream"),
+        (Provider::OpenAiResponses, "openai_responses_stream"),
+        (Provider::Anthropic, "anthropic_stream"),
+    ] {
+        for chunk in chunks(name) {
+            let parsed = parse_tool_calls(provider, &chunk, 0, &ParseLimits::default());
+            assert!(
+                matches!(
+                    parsed,
+                    Err(ProviderError::MissingField { .. } | ProviderError::InvalidJson { .. })
+                ),
+                "{name}: {parsed:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn streams_without_their_end_give_nothing() {
     for (provider, name, reason) in [
         (

@@ -229,3 +229,79 @@ fn render_turn(results: Vec<ToolResult>, render: TurnRenderer) -> Result<String,
     let borrowed: Vec<_> = owned.iter().map(|(c, r)| (c, r)).collect();
     Ok(render(&borrowed)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MCP_2026: &str = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"f",
+        "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+
+    #[test]
+    fn stream_finishes_once() {
+        let stream = ToolCallStream::new(Provider::Anthropic, 1).unwrap();
+        for chunk in [
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"n\":-0}"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+        ] {
+            stream.push(chunk.to_owned()).unwrap();
+        }
+        assert!(!stream.is_complete());
+        stream
+            .push(r#"{"type":"message_stop"}"#.to_owned())
+            .unwrap();
+        assert!(stream.is_complete());
+        let calls = stream.finish().unwrap();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].arguments, r#"{"n":-0}"#);
+        assert!(matches!(
+            stream.finish(),
+            Err(LedgerError::InvalidInput { .. })
+        ));
+        assert!(matches!(
+            stream.push("{}".to_owned()),
+            Err(LedgerError::InvalidInput { .. })
+        ));
+        assert!(!stream.is_complete());
+    }
+
+    #[test]
+    fn mcp_has_no_stream() {
+        assert!(matches!(
+            ToolCallStream::new(Provider::Mcp, 0),
+            Err(LedgerError::InvalidInput { .. })
+        ));
+    }
+
+    #[test]
+    fn mcp_results_render_by_version() {
+        assert_eq!(
+            mcp_request_protocol_version(MCP_2026.to_owned()).unwrap(),
+            Some("2026-07-28".to_owned())
+        );
+        let call = parse_tool_calls(Provider::Mcp, MCP_2026.to_owned(), 0)
+            .unwrap()
+            .remove(0);
+        let with = render_mcp_result(
+            call.clone(),
+            "1".to_owned(),
+            false,
+            Some("2026-07-28".to_owned()),
+        )
+        .unwrap();
+        assert_eq!(
+            with,
+            r#"{"jsonrpc":"2.0","id":5,"result":{"resultType":"complete","content":[{"type":"text","text":"1"}],"isError":false}}"#
+        );
+        let without = render_mcp_result(call.clone(), "1".to_owned(), false, None).unwrap();
+        assert_eq!(
+            without,
+            render_tool_result(call.clone(), "1".to_owned(), false).unwrap()
+        );
+        assert!(matches!(
+            render_mcp_result(call, "1".to_owned(), false, Some("1999-01-01".to_owned())),
+            Err(LedgerError::InvalidInput { .. })
+        ));
+    }
+}
