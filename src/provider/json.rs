@@ -166,6 +166,11 @@ impl Object {
         Object { members }
     }
 
+    /// The members, in stored order.
+    pub(super) fn into_members(self) -> Vec<(String, Json)> {
+        self.members
+    }
+
     /// The member `key`.
     pub(super) fn get(&self, key: &str) -> Option<&Json> {
         self.members
@@ -192,24 +197,6 @@ impl Object {
             Some(slot) => *slot = value,
             None => self.members.push((key.to_owned(), value)),
         }
-    }
-
-    /// Sorts the members by key (UTF-8 byte order), recursively, as the
-    /// parser stores them.
-    pub(super) fn sort_recursively(&mut self) {
-        self.members.sort_by(|(a, _), (b, _)| a.cmp(b));
-        for (_, value) in &mut self.members {
-            sort_value(value);
-        }
-    }
-}
-
-/// Sorts every object inside `value` (see [`Object::sort_recursively`]).
-fn sort_value(value: &mut Json) {
-    match value {
-        Json::Object(object) => object.sort_recursively(),
-        Json::Array(items) => items.iter_mut().for_each(sort_value),
-        _ => {}
     }
 }
 
@@ -274,14 +261,6 @@ mod tests {
         assert_eq!(
             value.to_text(),
             r#"{"z":-0,"a":[null,true],"n":1.0E+40,"s":"x"}"#
-        );
-        let Json::Object(mut object) = value else {
-            unreachable!()
-        };
-        object.sort_recursively();
-        assert_eq!(
-            Json::from(object).to_text(),
-            r#"{"a":[null,true],"n":1.0E+40,"s":"x","z":-0}"#
         );
     }
 

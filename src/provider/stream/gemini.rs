@@ -20,7 +20,7 @@ use super::super::fields::{
     optional_object, optional_str, required_str, Object,
 };
 use super::super::json::Json;
-use super::json_path::{self, Segment};
+use super::json_path::{self, Segment, Tree};
 use super::{incomplete, Chunk};
 use crate::model::Provider;
 
@@ -33,7 +33,7 @@ struct Pending {
     part: Object,
     id: Option<String>,
     name: String,
-    args: Object,
+    args: Tree,
     /// Paths whose string value is still being continued.
     open_paths: HashSet<String>,
 }
@@ -123,13 +123,12 @@ impl GeminiStream {
                 field: call_path,
             });
         }
-        pending.args.sort_recursively();
         let mut function_call = Vec::with_capacity(3);
         if let Some(id) = pending.id {
             function_call.push(("id", Json::String(id)));
         }
         function_call.push(("name", Json::String(pending.name)));
-        function_call.push(("args", Json::from(pending.args)));
+        function_call.push(("args", json_path::tree_into_json(pending.args)));
         pending
             .part
             .set("functionCall", Json::object(function_call));
@@ -151,8 +150,8 @@ impl GeminiStream {
             .filter(|id| !id.is_empty())
             .map(str::to_owned);
         let args = match optional_object(provider, call, path, "args")? {
-            Some(args) => args.clone(),
-            None => Object::default(),
+            Some(args) => json_path::tree_from(args.clone()),
+            None => Tree::new(),
         };
         let slot = self.parts.len();
         self.parts.push(Json::Null);
@@ -310,7 +309,7 @@ fn piece_value(at: &Chunk, piece: &Object, path: &str) -> Result<Json, ProviderE
 }
 
 /// Continues the string at `segments` with `value`.
-fn append(args: &mut Object, segments: &[Segment], value: Json) -> Result<(), &'static str> {
+fn append(args: &mut Tree, segments: &[Segment], value: Json) -> Result<(), &'static str> {
     match (json_path::get_mut(args, segments), value) {
         (Some(Json::String(text)), Json::String(piece)) => {
             text.push_str(&piece);

@@ -5,9 +5,11 @@
 //! one value, so this reads exactly those: `$` followed by `.name`,
 //! `['name']` / `["name"]` (with the usual escapes) and `[index]` segments.
 //! Anything else (wildcards, slices, filters, negative indices) is refused.
-//! [`insert`] builds the arguments object one value at a time, refusing a
+//! [`insert`] builds the arguments ([`Tree`]) one value at a time, refusing a
 //! second value for one path, a path through a value of another type and an
 //! array index that would leave a gap.
+
+use std::collections::BTreeMap;
 
 use super::super::json::{Json, Object};
 use super::super::strict::MAX_DEPTH;
@@ -88,6 +90,59 @@ fn bracketed(text: &str) -> Option<(Segment, &str)> {
     Some((Segment::Index(index), &text[end + 1..]))
 }
 
+/// Arguments being built from paths: objects keyed in a `BTreeMap`, so that
+/// each insert costs a lookup, not a scan, and members come out sorted.
+#[derive(Clone, PartialEq, Eq)]
+pub(super) enum Node {
+    /// A value set by a path (or given whole).
+    Value(Json),
+    /// An object.
+    Object(Tree),
+    /// An array.
+    Array(Vec<Node>),
+}
+
+/// The members of an object node.
+pub(super) type Tree = BTreeMap<String, Node>;
+
+impl Node {
+    /// The node for a whole JSON value.
+    pub(super) fn from_json(value: Json) -> Node {
+        match value {
+            Json::Object(object) => Node::Object(tree_from(object)),
+            Json::Array(items) => Node::Array(items.into_iter().map(Node::from_json).collect()),
+            other => Node::Value(other),
+        }
+    }
+
+    /// The JSON value, objects' members sorted by key.
+    pub(super) fn into_json(self) -> Json {
+        match self {
+            Node::Value(value) => value,
+            Node::Object(tree) => tree_into_json(tree),
+            Node::Array(items) => Json::Array(items.into_iter().map(Node::into_json).collect()),
+        }
+    }
+}
+
+/// The tree of a JSON object.
+pub(super) fn tree_from(object: Object) -> Tree {
+    object
+        .into_members()
+        .into_iter()
+        .map(|(key, value)| (key, Node::from_json(value)))
+        .collect()
+}
+
+/// The JSON object of a tree, members sorted by key.
+pub(super) fn tree_into_json(tree: Tree) -> Json {
+    Json::Object(Object::from_members(
+        tree.into_iter()
+            .map(|(key, node)| (key, node.into_json()))
+            .collect(),
+    ))
+}
+
 /// Sets the value at `path` inside `root`, creating the objects and arrays
 /// on the way.
 ///
@@ -95,78 +150,81 @@ fn bracketed(text: &str) -> Option<(Segment, &str)> {
 ///
 /// A fixed reason when `path` already has a value, passes through a value of
 /// another type, or names an array index beyond the next free one.
-pub(super) fn insert(root: &mut Object, path: &[Segment], value: Json) -> Result<(), &'static str> {
+pub(super) fn insert(root: &mut Tree, path: &[Segment], value: Json) -> Result<(), &'static str> {
     let Some((Segment::Key(key), rest)) = path.split_first() else {
         return Err("a path that does not start with a member name");
     };
-    if rest.is_empty() {
-        if root.contains_key(key) {
-            return Err("a second value for one path");
+    match (root.get_mut(key), rest.first()) {
+        (Some(_), None) => Err("a second value for one path"),
+        (None, None) => {
+            root.insert(key.clone(), Node::Value(value));
+            Ok(())
         }
-        root.set(key, value);
-        return Ok(());
-    }
-    if !root.contains_key(key) {
-        root.set(key, empty_for(&rest[0]));
-    }
-    match root.get_mut(key) {
-        Some(child) => insert_into(child, rest, value),
-        None => Err("a path through a value of another type"),
+        (Some(child), Some(_)) => insert_into(child, rest, value),
+        (None, Some(next)) => {
+            let child = root.entry(key.clone()).or_insert_with(|| empty_for(next));
+            insert_into(child, rest, value)
+        }
     }
 }
 
 /// [`insert`] below the root.
-fn insert_into(container: &mut Json, path: &[Segment], value: Json) -> Result<(), &'static str> {
+fn insert_into(node: &mut Node, path: &[Segment], value: Json) -> Result<(), &'static str> {
     let Some((first, rest)) = path.split_first() else {
         return Err("a second value for one path");
     };
-    match (container, first) {
-        (Json::Object(object), Segment::Key(_)) => insert(object, path, value),
-        (Json::Array(items), Segment::Index(index)) => {
+    match (node, first) {
+        (Node::Object(tree), Segment::Key(_)) => insert(tree, path, value),
+        (Node::Array(items), Segment::Index(index)) => {
             let index = *index;
             if index > items.len() {
                 return Err("an array index that leaves a gap");
             }
-            if rest.is_empty() {
-                if index < items.len() {
-                    return Err("a second value for one path");
+            match rest.first() {
+                None if index < items.len() => Err("a second value for one path"),
+                None => {
+                    items.push(Node::Value(value));
+                    Ok(())
                 }
-                items.push(value);
-                return Ok(());
-            }
-            if index == items.len() {
-                items.push(empty_for(&rest[0]));
-            }
-            match items.get_mut(index) {
-                Some(child) => insert_into(child, rest, value),
-                None => Err("an array index that leaves a gap"),
+                Some(next) => {
+                    if index == items.len() {
+                        items.push(empty_for(next));
+                    }
+                    match items.get_mut(index) {
+                        Some(child) => insert_into(child, rest, value),
+                        None => Err("an array index that leaves a gap"),
+                    }
+                }
             }
         }
         _ => Err("a path through a value of another type"),
     }
 }
 
-/// The value at `path`, mutably.
-pub(super) fn get_mut<'a>(root: &'a mut Object, path: &[Segment]) -> Option<&'a mut Json> {
+/// The value set at `path`, mutably.
+pub(super) fn get_mut<'a>(root: &'a mut Tree, path: &[Segment]) -> Option<&'a mut Json> {
     let (Segment::Key(key), rest) = path.split_first()? else {
         return None;
     };
     let mut current = root.get_mut(key)?;
     for segment in rest {
         current = match (current, segment) {
-            (Json::Object(object), Segment::Key(key)) => object.get_mut(key)?,
-            (Json::Array(items), Segment::Index(index)) => items.get_mut(*index)?,
+            (Node::Object(tree), Segment::Key(key)) => tree.get_mut(key)?,
+            (Node::Array(items), Segment::Index(index)) => items.get_mut(*index)?,
             _ => return None,
         };
     }
-    Some(current)
+    match current {
+        Node::Value(value) => Some(value),
+        _ => None,
+    }
 }
 
 /// An empty container for the step `next` goes into.
-fn empty_for(next: &Segment) -> Json {
+fn empty_for(next: &Segment) -> Node {
     match next {
-        Segment::Key(_) => Json::Object(Object::default()),
-        Segment::Index(_) => Json::Array(Vec::new()),
+        Segment::Key(_) => Node::Object(Tree::new()),
+        Segment::Index(_) => Node::Array(Vec::new()),
     }
 }
 
@@ -199,7 +257,7 @@ mod tests {
 
     #[test]
     fn builds_objects_and_arrays() {
-        let mut root = Object::default();
+        let mut root = Tree::new();
         for (path, value) in [
             ("$.trip.stops[0].city", Json::str("Lyon")),
             ("$.trip.stops[1].city", Json::str("Turin")),
@@ -209,8 +267,8 @@ mod tests {
             insert(&mut root, &parse(path).unwrap(), value).unwrap();
         }
         assert_eq!(
-            Json::from(root.clone()).to_text(),
-            r#"{"trip":{"stops":[{"city":"Lyon"},{"city":"Turin"}],"nights":3},"tags":["rail"]}"#
+            tree_into_json(root.clone()).to_text(),
+            r#"{"tags":["rail"],"trip":{"nights":3,"stops":[{"city":"Lyon"},{"city":"Turin"}]}}"#
         );
         let again = insert(&mut root, &parse("$.trip.nights").unwrap(), Json::Null);
         assert_eq!(again, Err("a second value for one path"));
@@ -223,6 +281,6 @@ mod tests {
             panic!("no city")
         };
         city.push_str(" Porta Nuova");
-        assert!(Json::from(root).to_text().contains("Turin Porta Nuova"));
+        assert!(tree_into_json(root).to_text().contains("Turin Porta Nuova"));
     }
 }
