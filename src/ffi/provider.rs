@@ -70,9 +70,10 @@ pub fn render_tool_result(
 
 /// Renders the JSON-RPC response answering one MCP `tools/call` request.
 /// `protocol_version` is the version the request declared (see
-/// [`mcp_request_protocol_version`]); `None` renders the shape of the
-/// revisions up to 2025-11-25, exactly as [`render_tool_result`] does. From
-/// `2026-07-28` on the result carries `resultType`.
+/// [`mcp_request_protocol_version`]); `None` (a request that named none)
+/// renders the shape of the revisions up to 2025-11-25, the bytes
+/// [`render_tool_result`] gives. From `2026-07-28` on the result carries
+/// `resultType`.
 ///
 /// # Errors
 /// `InvalidInput` for a non-MCP call, an unknown protocol version, an
@@ -88,11 +89,11 @@ pub fn render_mcp_result(
         output_json,
         is_error,
     };
-    let call = call.into();
-    Ok(match protocol_version {
-        None => core::render_tool_result(&call, &content)?,
-        Some(version) => core::render_mcp_result(&call, &content, McpProtocol::parse(&version)?)?,
-    })
+    let protocol = match protocol_version {
+        None => McpProtocol::V2025_11_25,
+        Some(version) => McpProtocol::parse(&version)?,
+    };
+    Ok(core::render_mcp_result(&call.into(), &content, protocol)?)
 }
 
 /// The protocol version an MCP `tools/call` request declares in
@@ -301,6 +302,17 @@ mod tests {
         );
         assert!(matches!(
             render_mcp_result(call, "1".to_owned(), false, Some("1999-01-01".to_owned())),
+            Err(LedgerError::InvalidInput { .. })
+        ));
+        let chat = parse_tool_calls(
+            Provider::OpenAiChat,
+            r#"{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}"#.to_owned(),
+            0,
+        )
+        .unwrap()
+        .remove(0);
+        assert!(matches!(
+            render_mcp_result(chat, "1".to_owned(), false, None),
             Err(LedgerError::InvalidInput { .. })
         ));
     }
