@@ -1,5 +1,5 @@
 //! Provider wire formats as exported functions: parse a model response into
-//! neutral [`ToolCall`]s (whole, or chunk by chunk with [`ToolCallStream`]),
+//! neutral [`ToolCall`]s (whole, or chunk by chunk with `ToolCallStream`),
 //! render stored results back into the message the provider expects.
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,7 +28,7 @@ pub struct ToolResult {
 /// matters for Gemini calls without an id, which get a derived one. Calls
 /// the provider already answered in the response are not returned; a call
 /// that is only partly there (a stream chunk) is refused, never returned:
-/// use [`ToolCallStream`] for streams.
+/// use `ToolCallStream` for streams.
 ///
 /// # Errors
 /// `InvalidInput` naming the provider and the JSON path of the problem (never
@@ -70,7 +70,7 @@ pub fn render_tool_result(
 
 /// Renders the JSON-RPC response answering one MCP `tools/call` request.
 /// `protocol_version` is the version the request declared (see
-/// [`mcp_request_protocol_version`]); `None` (a request that named none)
+/// `mcp_request_protocol_version`); `None` (a request that named none)
 /// renders the shape of the revisions up to 2025-11-25, the bytes
 /// [`render_tool_result`] gives. From `2026-07-28` on the result carries
 /// `resultType`.
@@ -120,7 +120,7 @@ pub struct ToolCallStream {
 
 #[uniffi::export]
 impl ToolCallStream {
-    /// A stream for `provider`; `round` as for [`parse_tool_calls`].
+    /// A stream for `provider`; `round` as for `parse_tool_calls`.
     ///
     /// # Errors
     /// `InvalidInput` for `Mcp` (MCP does not stream calls) and `Custom`.
