@@ -130,6 +130,31 @@ fn anthropic_input_json_deltas_join_into_calls() {
 }
 
 #[test]
+fn anthropic_blocks_in_message_start_are_not_lost() {
+    let anthropic = Provider::Anthropic;
+    let stream = [
+        r#"{"type":"message_start","message":{"id":"msg_1","role":"assistant","content":[{"type":"tool_use","id":"toolu_0","name":"get_weather","input":{"city":"Oslo"}}]}}"#,
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"list_reminders","input":{}}}"#,
+        r#"{"type":"content_block_stop","index":1}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    assert_eq!(
+        assemble(anthropic, &stream).unwrap(),
+        vec![
+            call(
+                anthropic,
+                "toolu_0",
+                false,
+                "get_weather",
+                r#"{"city":"Oslo"}"#,
+                0
+            ),
+            call(anthropic, "toolu_1", false, "list_reminders", "{}", 1),
+        ]
+    );
+}
+
+#[test]
 fn gemini_partial_args_join_into_calls() {
     let gemini = Provider::Gemini;
     let all = chunks("gemini_stream");

@@ -1,5 +1,6 @@
 //! Anthropic Messages streams: content-block events.
 //!
+//! `message_start` carries the message (its `content` normally empty);
 //! `content_block_start` opens the block at `index` (a `tool_use` block
 //! starts with `input: {}`); `input_json_delta` events append
 //! `partial_json` pieces to a block's input text; `content_block_stop` closes
@@ -16,8 +17,8 @@ use std::collections::BTreeMap;
 
 use super::super::error::ProviderError;
 use super::super::fields::{
-    as_object, index_path, json_reason, key_path, optional_object, optional_str, required_object,
-    required_str, Object,
+    as_object, index_path, json_reason, key_path, optional_array, optional_object, optional_str,
+    required_object, required_str, Object,
 };
 use super::super::json::Json;
 use super::{incomplete, index_field, Chunk};
@@ -81,6 +82,7 @@ impl AnthropicStream {
             return Err(at.mismatch(&key_path(&prefix, "type"), "event after message_stop"));
         }
         match kind {
+            "message_start" => self.message_start(at, event, &prefix),
             "content_block_start" => {
                 let index = index_field(provider, event, &prefix, "index")?;
                 let block = required_object(provider, event, &prefix, "content_block")?.clone();
@@ -119,6 +121,38 @@ impl AnthropicStream {
             }
             _ => Ok(()),
         }
+    }
+
+    /// `message_start`: the message's `content` is normally empty; any
+    /// blocks it does hold are taken as finished.
+    fn message_start(
+        &mut self,
+        at: &Chunk,
+        event: &Object,
+        prefix: &str,
+    ) -> Result<(), ProviderError> {
+        let provider = at.provider;
+        let message_path = key_path(prefix, "message");
+        let message = required_object(provider, event, prefix, "message")?;
+        let Some(content) = optional_array(provider, message, &message_path, "content")? else {
+            return Ok(());
+        };
+        if !self.blocks.is_empty() && !content.is_empty() {
+            return Err(at.mismatch(&message_path, "a second message_start with content"));
+        }
+        let content_path = key_path(&message_path, "content");
+        for (index, block) in content.iter().enumerate() {
+            let block = as_object(provider, block, &index_path(&content_path, index))?;
+            self.blocks.insert(
+                index,
+                Block {
+                    block: block.clone(),
+                    input_text: String::new(),
+                    stopped: true,
+                },
+            );
+        }
+        Ok(())
     }
 
     /// `content_block_delta`: appends `partial_json` to an open block.
