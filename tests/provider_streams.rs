@@ -188,6 +188,26 @@ fn gemini_partial_args_join_into_calls() {
 }
 
 #[test]
+fn gemini_server_answers_in_a_later_chunk_still_count() {
+    // Server-side MCP, streamed: the call and the API's answer arrive in
+    // different chunks. Parsed alone, the first chunk cannot know the call
+    // was answered; assembled, it is skipped.
+    let gemini = Provider::Gemini;
+    let stream = [
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"get_forecast","args":{"city":"Oslo"}}}]}}]}"#,
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"functionResponse":{"name":"get_forecast","response":{"sky":"clear"}}}]}}]}"#,
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"Clear skies in Oslo."}]},"finishReason":"STOP"}]}"#,
+    ];
+    assert_eq!(assemble(gemini, &stream).unwrap(), vec![]);
+    assert_eq!(
+        parse_tool_calls(gemini, stream[0], 0, &ParseLimits::default())
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
 fn no_chunk_with_a_partial_call_parses_as_a_call() {
     // Parsed one by one, the Gemini chunks give either no calls, the whole
     // call of a chunk, or a refusal: never the streamed call with missing

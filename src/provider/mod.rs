@@ -112,8 +112,9 @@ pub struct ToolResultContent {
 /// returned. For OpenAI Responses, the tool name of a call made inside a
 /// `namespace` is `namespace.name`. A document that is one chunk of a stream
 /// is parsed as a whole response: a call it holds only in part is refused
-/// with [`ProviderError::IncompleteCall`], never returned; use
-/// [`StreamAssembler`] for streams.
+/// with [`ProviderError::IncompleteCall`], never returned, and an answer
+/// that arrives in a later chunk cannot be seen: use [`StreamAssembler`] for
+/// streams.
 ///
 /// # Errors
 ///
