@@ -51,8 +51,26 @@ impl ToolHandler for Echo {
     }
 }
 
-const SIDE_EFFECTS: [&str; 3] = ["send_email", "create_event", "send_message"];
-const READ_ONLY: [&str; 3] = ["get_weather", "list_calendars", "list_reminders"];
+const SIDE_EFFECTS: &[&str] = &[
+    "send_email",
+    "create_event",
+    "send_message",
+    "send_receipt",
+    "transfer_funds",
+    // Three different tools: one name in two namespaces, and without one.
+    "crm.create_record",
+    "billing.create_record",
+    "create_record",
+];
+const READ_ONLY: &[&str] = &[
+    "get_weather",
+    "list_calendars",
+    "list_reminders",
+    "lookup_order",
+    // Run by Gemini's server in `gemini_server_mcp`: must never run here.
+    "get_forecast",
+    "get_alerts",
+];
 
 fn executor() -> (Executor, Arc<Mutex<HashMap<String, u32>>>) {
     let ledger =
@@ -60,7 +78,7 @@ fn executor() -> (Executor, Arc<Mutex<HashMap<String, u32>>>) {
     let exec = Executor::new(Arc::new(ledger), ExecutorConfig::default());
     let performs = Arc::new(Mutex::new(HashMap::new()));
     for (names, side_effect) in [(SIDE_EFFECTS, true), (READ_ONLY, false)] {
-        for name in names {
+        for &name in names {
             exec.register(Arc::new(Echo {
                 name,
                 side_effect,
@@ -116,7 +134,9 @@ fn assert_shape(provider: Provider, call: &ToolCall, rendered: &str) {
     }
 }
 
-async fn round_trip(provider: Provider, fixture_name: &str) {
+/// Runs one fixture through parse, the executor, render and a replay;
+/// returns the parsed calls and the total number of performs.
+async fn round_trip(provider: Provider, fixture_name: &str) -> (Vec<ToolCall>, u32) {
     let (exec, performs) = executor();
     let op = OperationId::new(format!("op_{fixture_name}")).unwrap();
     let raw = fixture(fixture_name);
@@ -193,6 +213,7 @@ async fn round_trip(provider: Provider, fixture_name: &str) {
     for rec in &recorded {
         assert_eq!(performs.lock().unwrap()[rec.downstream_key.as_str()], 1);
     }
+    (calls, effects_after_first)
 }
 
 #[tokio::test]
@@ -218,6 +239,58 @@ async fn gemini_without_ids_with_ids_and_unicode() {
     round_trip(Provider::Gemini, "gemini_parallel_no_ids").await;
     round_trip(Provider::Gemini, "gemini_with_ids").await;
     round_trip(Provider::Gemini, "gemini_unicode").await;
+}
+
+#[tokio::test]
+async fn openai_responses_programs_and_namespaces() {
+    let (calls, _) = round_trip(Provider::OpenAiResponses, "openai_responses_program").await;
+    assert_eq!(names(&calls), ["lookup_order", "send_receipt"]);
+    let (calls, performs) =
+        round_trip(Provider::OpenAiResponses, "openai_responses_namespace").await;
+    assert_eq!(
+        names(&calls),
+        [
+            "crm.create_record",
+            "billing.create_record",
+            "create_record"
+        ]
+    );
+    // Same function name, three tools, three effects.
+    assert_eq!(performs, 3);
+}
+
+/// The tool gets the argument text of the call, every digit included.
+/// Needs the ledger's canonicaliser to stop rounding through f64 (it hands
+/// the tool its canonical form); the provider side is covered by
+/// `tests/provider_numbers.rs`.
+#[tokio::test]
+#[ignore = "needs the exact-digit canonicaliser of the ledger core rewrite"]
+async fn anthropic_numbers_reach_the_tool() {
+    let (exec, _) = executor();
+    let op = OperationId::new("op_numbers").unwrap();
+    let calls = parse_tool_calls(
+        Provider::Anthropic,
+        &fixture("anthropic_numbers"),
+        0,
+        &ParseLimits::default(),
+    )
+    .unwrap();
+    let out = exec.execute_round(&op, 0, calls.clone()).await.unwrap();
+    let echoed = out[0].result_json().unwrap();
+    assert!(echoed.contains(&calls[0].arguments), "{echoed}");
+}
+
+#[tokio::test]
+async fn gemini_calls_the_server_ran_never_run_here() {
+    let (calls, performs) = round_trip(Provider::Gemini, "gemini_server_mcp").await;
+    // get_forecast and get_alerts are registered here too: had they been
+    // returned, they would have run a second time.
+    assert_eq!(names(&calls), ["create_event"]);
+    assert_eq!(performs, 1);
+}
+
+fn names(calls: &[ToolCall]) -> Vec<&str> {
+    calls.iter().map(|call| call.tool_name.as_str()).collect()
 }
 
 #[tokio::test]

@@ -1,8 +1,10 @@
 //! Provider wire formats as exported functions: parse a model response into
-//! neutral [`ToolCall`]s, render stored results back into the message the
-//! provider expects.
+//! neutral [`ToolCall`]s (whole, or chunk by chunk with `ToolCallStream`),
+//! render stored results back into the message the provider expects.
 
-use crate::provider::{self as core, ParseLimits, ToolResultContent};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::provider::{self as core, McpProtocol, ParseLimits, StreamAssembler, ToolResultContent};
 
 use super::error::LedgerError;
 use super::records::{Provider, ToolCall};
@@ -23,7 +25,10 @@ pub struct ToolResult {
 
 /// Parses the tool calls of one model response, in response order
 /// (all-or-nothing: one malformed call fails the whole parse). `round` only
-/// matters for Gemini calls without an id, which get a derived one.
+/// matters for Gemini calls without an id, which get a derived one. Calls
+/// the provider already answered in the response are not returned; a call
+/// that is only partly there (a stream chunk) is refused, never returned:
+/// use `ToolCallStream` for streams.
 ///
 /// # Errors
 /// `InvalidInput` naming the provider and the JSON path of the problem (never
@@ -61,6 +66,117 @@ pub fn render_tool_result(
         is_error,
     };
     Ok(core::render_tool_result(&call.into(), &content)?)
+}
+
+/// Renders the JSON-RPC response answering one MCP `tools/call` request.
+/// `protocol_version` is the version the request declared (see
+/// `mcp_request_protocol_version`); `None` (a request that named none)
+/// renders the shape of the revisions up to 2025-11-25, the bytes
+/// [`render_tool_result`] gives. From `2026-07-28` on the result carries
+/// `resultType`.
+///
+/// # Errors
+/// `InvalidInput` for a non-MCP call, an unknown protocol version, an
+/// `output_json` that is not JSON or a call id that cannot be restored.
+#[uniffi::export]
+pub fn render_mcp_result(
+    call: ToolCall,
+    output_json: String,
+    is_error: bool,
+    protocol_version: Option<String>,
+) -> Result<String, LedgerError> {
+    let content = ToolResultContent {
+        output_json,
+        is_error,
+    };
+    let protocol = match protocol_version {
+        None => McpProtocol::V2025_11_25,
+        Some(version) => McpProtocol::parse(&version)?,
+    };
+    Ok(core::render_mcp_result(&call.into(), &content, protocol)?)
+}
+
+/// The protocol version an MCP `tools/call` request declares in
+/// `params._meta`, or `None` when it declares none (revisions up to
+/// 2025-11-25 negotiate the version once, at `initialize`).
+///
+/// # Errors
+/// `InvalidInput` for a malformed request or an unknown version.
+#[uniffi::export]
+pub fn mcp_request_protocol_version(request_json: String) -> Result<Option<String>, LedgerError> {
+    let protocol = McpProtocol::of_request(&request_json, &ParseLimits::default())?;
+    Ok(protocol.map(|protocol| protocol.as_str().to_owned()))
+}
+
+/// Assembles the tool calls of one streamed model response (OpenAI Chat and
+/// Responses, Anthropic, Gemini). Push each event's JSON payload in order;
+/// `finish` gives the calls once the provider's terminal event arrived.
+/// A call that is still in pieces is never returned.
+#[derive(uniffi::Object)]
+pub struct ToolCallStream {
+    /// Taken by `finish`; `None` afterwards.
+    inner: Mutex<Option<StreamAssembler>>,
+}
+
+#[uniffi::export]
+impl ToolCallStream {
+    /// A stream for `provider`; `round` as for `parse_tool_calls`.
+    ///
+    /// # Errors
+    /// `InvalidInput` for `Mcp` (MCP does not stream calls) and `Custom`.
+    #[uniffi::constructor]
+    pub fn new(provider: Provider, round: u32) -> Result<Arc<ToolCallStream>, LedgerError> {
+        let assembler = StreamAssembler::new(provider.into(), round, ParseLimits::default())?;
+        Ok(Arc::new(ToolCallStream {
+            inner: Mutex::new(Some(assembler)),
+        }))
+    }
+
+    /// Takes the next chunk: the JSON payload of one server-sent event.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a malformed chunk or one that does not fit the
+    /// chunks before it (then every later call fails too), or after `finish`.
+    pub fn push(&self, chunk_json: String) -> Result<(), LedgerError> {
+        Ok(self
+            .assembler()?
+            .as_mut()
+            .ok_or_else(finished)?
+            .push(&chunk_json)?)
+    }
+
+    /// True once the provider's terminal event arrived.
+    pub fn is_complete(&self) -> bool {
+        self.assembler()
+            .ok()
+            .is_some_and(|inner| inner.as_ref().is_some_and(StreamAssembler::is_complete))
+    }
+
+    /// The finished calls, in response order. Can be called once.
+    ///
+    /// # Errors
+    /// `InvalidInput` when the stream is not complete, a call is still open,
+    /// a chunk was refused, or `finish` was called before.
+    pub fn finish(&self) -> Result<Vec<ToolCall>, LedgerError> {
+        let assembler = self.assembler()?.take().ok_or_else(finished)?;
+        Ok(assembler.finish()?.into_iter().map(Into::into).collect())
+    }
+}
+
+impl ToolCallStream {
+    /// The assembler slot; a poisoned lock is an internal error.
+    fn assembler(&self) -> Result<MutexGuard<'_, Option<StreamAssembler>>, LedgerError> {
+        self.inner.lock().map_err(|_| LedgerError::Internal {
+            message: "tool call stream lock poisoned".to_owned(),
+        })
+    }
+}
+
+/// The error for a stream used after `finish`.
+fn finished() -> LedgerError {
+    LedgerError::InvalidInput {
+        message: "the tool call stream was already finished".to_owned(),
+    }
 }
 
 /// Renders the Anthropic user message answering one response: every
@@ -113,4 +229,91 @@ fn render_turn(results: Vec<ToolResult>, render: TurnRenderer) -> Result<String,
         .collect();
     let borrowed: Vec<_> = owned.iter().map(|(c, r)| (c, r)).collect();
     Ok(render(&borrowed)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MCP_2026: &str = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"f",
+        "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+
+    #[test]
+    fn stream_finishes_once() {
+        let stream = ToolCallStream::new(Provider::Anthropic, 1).unwrap();
+        for chunk in [
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"n\":-0}"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+        ] {
+            stream.push(chunk.to_owned()).unwrap();
+        }
+        assert!(!stream.is_complete());
+        stream
+            .push(r#"{"type":"message_stop"}"#.to_owned())
+            .unwrap();
+        assert!(stream.is_complete());
+        let calls = stream.finish().unwrap();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].arguments, r#"{"n":-0}"#);
+        assert!(matches!(
+            stream.finish(),
+            Err(LedgerError::InvalidInput { .. })
+        ));
+        assert!(matches!(
+            stream.push("{}".to_owned()),
+            Err(LedgerError::InvalidInput { .. })
+        ));
+        assert!(!stream.is_complete());
+    }
+
+    #[test]
+    fn mcp_has_no_stream() {
+        assert!(matches!(
+            ToolCallStream::new(Provider::Mcp, 0),
+            Err(LedgerError::InvalidInput { .. })
+        ));
+    }
+
+    #[test]
+    fn mcp_results_render_by_version() {
+        assert_eq!(
+            mcp_request_protocol_version(MCP_2026.to_owned()).unwrap(),
+            Some("2026-07-28".to_owned())
+        );
+        let call = parse_tool_calls(Provider::Mcp, MCP_2026.to_owned(), 0)
+            .unwrap()
+            .remove(0);
+        let with = render_mcp_result(
+            call.clone(),
+            "1".to_owned(),
+            false,
+            Some("2026-07-28".to_owned()),
+        )
+        .unwrap();
+        assert_eq!(
+            with,
+            r#"{"jsonrpc":"2.0","id":5,"result":{"resultType":"complete","content":[{"type":"text","text":"1"}],"isError":false}}"#
+        );
+        let without = render_mcp_result(call.clone(), "1".to_owned(), false, None).unwrap();
+        assert_eq!(
+            without,
+            render_tool_result(call.clone(), "1".to_owned(), false).unwrap()
+        );
+        assert!(matches!(
+            render_mcp_result(call, "1".to_owned(), false, Some("1999-01-01".to_owned())),
+            Err(LedgerError::InvalidInput { .. })
+        ));
+        let chat = parse_tool_calls(
+            Provider::OpenAiChat,
+            r#"{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}"#.to_owned(),
+            0,
+        )
+        .unwrap()
+        .remove(0);
+        assert!(matches!(
+            render_mcp_result(chat, "1".to_owned(), false, None),
+            Err(LedgerError::InvalidInput { .. })
+        ));
+    }
 }

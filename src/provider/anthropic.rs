@@ -1,26 +1,30 @@
 //! Anthropic Messages wire format.
 //!
 //! A response's `content[]` is a list of typed blocks. `tool_use` blocks
-//! (`{id: "toolu_…", name, input: {…}}`) are the calls the client must run.
+//! (`{id: "toolu_…", name, input: {…}}`) are the calls the client must run,
+//! also when code execution made them (`caller`, programmatic tool calling).
 //! Blocks the client never answers are skipped: `text`, `thinking`,
-//! `redacted_thinking`, and the server tools Anthropic runs itself
-//! (`server_tool_use`, `mcp_tool_use`, and their `*_tool_result` blocks). Any
-//! other block type fails the parse with `UnknownBlockType`, because it might be
-//! a call that would otherwise go unanswered.
+//! `redacted_thinking`, `compaction`, `fallback`, `container_upload`, and the
+//! server tools Anthropic runs itself (`server_tool_use`, `mcp_tool_use`, and
+//! every `*_tool_result` block). Any other block type fails the parse with
+//! `UnknownBlockType`, because it might be a call that would otherwise go
+//! unanswered.
+//!
+//! A response that stopped at the token limit (`stop_reason` `max_tokens` or
+//! `model_context_window_exceeded`) with a `tool_use` as its last block was
+//! cut off inside that call: it is refused with `IncompleteCall`.
 //!
 //! Results go back as `tool_result` blocks, all of one response's results in
 //! one `user` message ([`super::render_anthropic_user_message`]). `is_error` is
 //! written only when true (the API's default is false), which keeps the output
 //! deterministic and minimal.
 
-use serde::Serialize;
-use serde_json::Value;
-
 use super::error::ProviderError;
 use super::fields::{
-    arguments_from_value, as_object, clip, index_path, key_path, non_empty_str, required,
-    required_str, Output, RawCall,
+    arguments_from_value, as_object, clip, index_path, key_path, non_empty_str, optional_str,
+    required, required_str, Output, RawCall,
 };
+use super::json::Json;
 use crate::model::{Provider, ToolCall};
 
 const ANTHROPIC: Provider = Provider::Anthropic;
@@ -33,15 +37,20 @@ const SKIPPED_BLOCKS: &[&str] = &[
     "server_tool_use",
     "mcp_tool_use",
     "container_upload",
+    "compaction",
+    "fallback",
 ];
 
+/// Stop reasons after which the last block may be cut off.
+const TRUNCATING_STOP_REASONS: &[&str] = &["max_tokens", "model_context_window_exceeded"];
+
 /// Finds the `tool_use` blocks of a Messages response.
-pub(super) fn locate(root: &Value) -> Result<Vec<RawCall<'_>>, ProviderError> {
+pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
     let obj = as_object(ANTHROPIC, root, "")?;
     let blocks = match required(ANTHROPIC, obj, "", "content")? {
-        Value::Array(blocks) => blocks,
+        Json::Array(blocks) => blocks,
         // A plain string content (allowed in request messages) holds no calls.
-        Value::String(_) => return Ok(Vec::new()),
+        Json::String(_) => return Ok(Vec::new()),
         _ => {
             return Err(ProviderError::WrongType {
                 provider: ANTHROPIC,
@@ -51,17 +60,28 @@ pub(super) fn locate(root: &Value) -> Result<Vec<RawCall<'_>>, ProviderError> {
         }
     };
     let mut found = Vec::new();
+    let mut last_is_call = false;
     for (index, block) in blocks.iter().enumerate() {
         let path = index_path("content", index);
         let block = as_object(ANTHROPIC, block, &path)?;
         let kind = required_str(ANTHROPIC, block, &path, "type")?;
-        if kind == "tool_use" {
+        last_is_call = kind == "tool_use";
+        if last_is_call {
             found.push(RawCall { path, item: block });
         } else if !(SKIPPED_BLOCKS.contains(&kind) || kind.ends_with("_tool_result")) {
             return Err(ProviderError::UnknownBlockType {
                 provider: ANTHROPIC,
                 field: path,
                 block_type: clip(kind),
+            });
+        }
+    }
+    let stop_reason = optional_str(ANTHROPIC, obj, "", "stop_reason")?;
+    if let (true, Some(reason), Some(last)) = (last_is_call, stop_reason, found.last()) {
+        if TRUNCATING_STOP_REASONS.contains(&reason) {
+            return Err(ProviderError::IncompleteCall {
+                provider: ANTHROPIC,
+                field: last.path.clone(),
             });
         }
     }
@@ -87,31 +107,19 @@ pub(super) fn convert(raw: &RawCall<'_>, position: u32) -> Result<ToolCall, Prov
     })
 }
 
-/// A `tool_result` content block.
-#[derive(Serialize)]
-pub(super) struct ToolResultBlock<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    tool_use_id: &'a str,
-    content: &'a str,
-    #[serde(skip_serializing_if = "is_false")]
-    is_error: bool,
-}
-
-/// Serde helper: omit `is_error` when false.
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
-fn is_false(value: &bool) -> bool {
-    !*value
-}
-
-/// The `tool_result` block answering `call`.
-pub(super) fn block<'a>(call: &'a ToolCall, output: &'a Output) -> ToolResultBlock<'a> {
-    ToolResultBlock {
-        kind: "tool_result",
-        tool_use_id: &call.call_id,
-        content: &output.text,
-        is_error: output.is_error,
+/// The `tool_result` block answering `call`:
+/// `{"type":"tool_result","tool_use_id":…,"content":…}` plus
+/// `"is_error":true` for a failure.
+pub(super) fn block(call: &ToolCall, output: &Output) -> Json {
+    let mut members = vec![
+        ("type", Json::str("tool_result")),
+        ("tool_use_id", Json::str(&call.call_id)),
+        ("content", Json::str(&output.text)),
+    ];
+    if output.is_error {
+        members.push(("is_error", Json::Bool(true)));
     }
+    Json::object(members)
 }
 
 #[cfg(test)]
@@ -239,5 +247,55 @@ mod tests {
             render_anthropic_user_message(&[(&first, &failed), (&second, &ok)]).unwrap(),
             message
         );
+    }
+
+    #[test]
+    fn input_numbers_keep_their_digits() {
+        let json = include_str!("../../tests/fixtures/providers/anthropic_numbers.json");
+        assert_eq!(
+            parse(json).unwrap(),
+            vec![call(
+                "toolu_01Nm4XcQ8vB2rT6yHj9KpL3s",
+                "transfer_funds",
+                concat!(
+                    r#"{"amount":224.18827276432074,"balance_delta":-0,"fee":0.30000000000000004,"#,
+                    r#""fx_rate":1.0E-7,"ledger_ref":18446744073709551617,"#,
+                    r#""limits":[1e2,-12.000,9007199254740993],"quantity":3.50}"#
+                ),
+                0
+            )]
+        );
+    }
+
+    #[test]
+    fn a_tool_use_cut_off_at_the_token_limit_is_refused() {
+        for reason in ["max_tokens", "model_context_window_exceeded"] {
+            let cut = format!(
+                r#"{{"content":[{{"type":"tool_use","id":"toolu_1","name":"f","input":{{}}}},
+                {{"type":"tool_use","id":"toolu_2","name":"g","input":{{"to":"a"}}}}],"stop_reason":"{reason}"}}"#
+            );
+            assert_eq!(
+                parse(&cut),
+                Err(ProviderError::IncompleteCall {
+                    provider: ANTHROPIC,
+                    field: "content[1]".into()
+                })
+            );
+        }
+        // A call followed by text was finished before the limit.
+        let text_after = r#"{"content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}},
+            {"type":"text","text":"and then"}],"stop_reason":"max_tokens"}"#;
+        assert_eq!(
+            parse(text_after).unwrap(),
+            vec![call("toolu_1", "f", "{}", 0)]
+        );
+    }
+
+    #[test]
+    fn compaction_and_fallback_blocks_are_skipped() {
+        let json = r#"{"content":[{"type":"compaction","content":"summary"},
+            {"type":"fallback","from":{"model":"a"},"to":{"model":"b"},"trigger":{"type":"refusal"}},
+            {"type":"tool_use","id":"toolu_1","name":"f","input":{}}],"stop_reason":"tool_use"}"#;
+        assert_eq!(parse(json).unwrap(), vec![call("toolu_1", "f", "{}", 0)]);
     }
 }

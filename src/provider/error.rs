@@ -145,6 +145,50 @@ pub enum ProviderError {
         /// The provider the renderer is for.
         provider: Provider,
     },
+    /// A call is not complete: a streamed fragment (Gemini `willContinue` or
+    /// `partialArgs`), a function call whose item is still `in_progress` or
+    /// `incomplete` (OpenAI Responses), or the last call of a response cut
+    /// off at the token limit. It is never returned as runnable; assemble
+    /// the stream with [`super::StreamAssembler`] instead.
+    #[error("{provider}: the call at `{field}` is incomplete and cannot be run")]
+    IncompleteCall {
+        /// The provider whose format was expected.
+        provider: Provider,
+        /// The JSON path of the incomplete call.
+        field: String,
+    },
+    /// A stream was finished before its provider's terminal event, or the
+    /// provider ended it with an error: nothing in it is runnable.
+    #[error("{provider}: the stream is not complete: {reason}")]
+    StreamIncomplete {
+        /// The provider whose stream was assembled.
+        provider: Provider,
+        /// Why (a fixed text).
+        reason: &'static str,
+    },
+    /// A stream chunk does not fit the chunks before it (a fragment for a
+    /// call that was never started, an id or name that changes, a value for
+    /// a path that already has one, content after the terminal event).
+    #[error("{provider}: stream chunk {chunk}, `{field}`: {reason}")]
+    StreamMismatch {
+        /// The provider whose stream was assembled.
+        provider: Provider,
+        /// Index of the chunk (from 0) in the order it was pushed.
+        chunk: usize,
+        /// The JSON path inside the chunk.
+        field: String,
+        /// What does not fit (a fixed text).
+        reason: &'static str,
+    },
+    /// An MCP request or render asked for a protocol version whose result
+    /// shape this module has not been checked against.
+    #[error("{provider}: unsupported protocol version `{version}`")]
+    UnsupportedProtocolVersion {
+        /// The provider (MCP).
+        provider: Provider,
+        /// The version string (clipped).
+        version: String,
+    },
     /// Serialising the rendered message failed (not expected to happen).
     #[error("{provider}: could not serialise the rendered message")]
     RenderFailed {
@@ -172,6 +216,10 @@ impl ProviderError {
             | ProviderError::ResultNotJson { provider, .. }
             | ProviderError::InvalidCallId { provider }
             | ProviderError::NoResults { provider }
+            | ProviderError::IncompleteCall { provider, .. }
+            | ProviderError::StreamIncomplete { provider, .. }
+            | ProviderError::StreamMismatch { provider, .. }
+            | ProviderError::UnsupportedProtocolVersion { provider, .. }
             | ProviderError::RenderFailed { provider } => *provider,
             ProviderError::ProviderMismatch { expected, .. } => *expected,
         }

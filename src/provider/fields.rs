@@ -5,15 +5,13 @@
 //! are built the way a reader would write them: `key.key[index].key`, with `$`
 //! standing for the document root.
 
-use serde::Serialize;
-use serde_json::{Map, Value};
-
 use super::error::{ProviderError, MAX_TAG_CHARS};
+use super::json::Json;
+use super::strict::SyntaxError;
 use super::ToolResultContent;
 use crate::model::Provider;
 
-/// A JSON object.
-pub(super) type Object = Map<String, Value>;
+pub(super) use super::json::Object;
 
 /// One tool-call item found in a response, before it is converted.
 pub(super) struct RawCall<'a> {
@@ -38,7 +36,7 @@ pub(super) fn index_path(prefix: &str, index: usize) -> String {
 }
 
 /// The path as shown in errors: `$` for the root.
-fn shown(path: &str) -> String {
+pub(super) fn shown(path: &str) -> String {
     if path.is_empty() {
         "$".to_owned()
     } else {
@@ -51,29 +49,15 @@ pub(super) fn clip(tag: &str) -> String {
     tag.chars().take(MAX_TAG_CHARS).collect()
 }
 
-/// A description of a JSON parse error that never quotes the input.
-///
-/// Syntax and end-of-input messages carry a kind and a position only, as does
-/// our own duplicate-key message; anything else is summarised.
-pub(super) fn json_reason(err: &serde_json::Error) -> String {
-    use serde_json::error::Category;
-    match err.classify() {
-        Category::Syntax | Category::Eof => err.to_string(),
-        Category::Io => "I/O error".to_owned(),
-        Category::Data if err.to_string().starts_with(super::strict::DUPLICATE_KEY) => {
-            err.to_string()
-        }
-        Category::Data => format!(
-            "invalid data at line {} column {}",
-            err.line(),
-            err.column()
-        ),
-    }
+/// A description of a JSON syntax error: a fixed text and a position, never
+/// the input.
+pub(super) fn json_reason(err: &SyntaxError) -> String {
+    err.to_string()
 }
 
 /// Parses a whole response document.
-pub(super) fn parse_document(provider: Provider, text: &str) -> Result<Value, ProviderError> {
-    super::strict::from_str(text).map_err(|err| ProviderError::InvalidJson {
+pub(super) fn parse_document(provider: Provider, text: &str) -> Result<Json, ProviderError> {
+    super::strict::parse(text).map_err(|err| ProviderError::InvalidJson {
         provider,
         reason: json_reason(&err),
     })
@@ -82,7 +66,7 @@ pub(super) fn parse_document(provider: Provider, text: &str) -> Result<Value, Pr
 /// `value` as an object, or `WrongType` naming `path`.
 pub(super) fn as_object<'a>(
     provider: Provider,
-    value: &'a Value,
+    value: &'a Json,
     path: &str,
 ) -> Result<&'a Object, ProviderError> {
     value.as_object().ok_or_else(|| ProviderError::WrongType {
@@ -93,7 +77,7 @@ pub(super) fn as_object<'a>(
 }
 
 /// The field, or `None` when it is absent or `null`.
-pub(super) fn optional<'a>(obj: &'a Object, key: &str) -> Option<&'a Value> {
+pub(super) fn optional<'a>(obj: &'a Object, key: &str) -> Option<&'a Json> {
     obj.get(key).filter(|value| !value.is_null())
 }
 
@@ -103,7 +87,7 @@ pub(super) fn required<'a>(
     obj: &'a Object,
     prefix: &str,
     key: &str,
-) -> Result<&'a Value, ProviderError> {
+) -> Result<&'a Json, ProviderError> {
     optional(obj, key).ok_or_else(|| ProviderError::MissingField {
         provider,
         field: key_path(prefix, key),
@@ -121,18 +105,30 @@ pub(super) fn required_object<'a>(
     as_object(provider, value, &key_path(prefix, key))
 }
 
+/// An object field that may be absent or `null` (then `None`).
+pub(super) fn optional_object<'a>(
+    provider: Provider,
+    obj: &'a Object,
+    prefix: &str,
+    key: &str,
+) -> Result<Option<&'a Object>, ProviderError> {
+    optional(obj, key)
+        .map(|value| as_object(provider, value, &key_path(prefix, key)))
+        .transpose()
+}
+
 /// An array field that may be absent or `null` (then `None`).
 pub(super) fn optional_array<'a>(
     provider: Provider,
     obj: &'a Object,
     prefix: &str,
     key: &str,
-) -> Result<Option<&'a [Value]>, ProviderError> {
+) -> Result<Option<&'a [Json]>, ProviderError> {
     match optional(obj, key) {
         None => Ok(None),
         Some(value) => value
             .as_array()
-            .map(|items| Some(items.as_slice()))
+            .map(Some)
             .ok_or_else(|| ProviderError::WrongType {
                 provider,
                 field: key_path(prefix, key),
@@ -147,7 +143,7 @@ pub(super) fn required_array<'a>(
     obj: &'a Object,
     prefix: &str,
     key: &str,
-) -> Result<&'a [Value], ProviderError> {
+) -> Result<&'a [Json], ProviderError> {
     optional_array(provider, obj, prefix, key)?.ok_or_else(|| ProviderError::MissingField {
         provider,
         field: key_path(prefix, key),
@@ -157,9 +153,9 @@ pub(super) fn required_array<'a>(
 /// The first element of `items` (found at `path`), or `MissingField path[0]`.
 pub(super) fn first<'a>(
     provider: Provider,
-    items: &'a [Value],
+    items: &'a [Json],
     path: &str,
-) -> Result<&'a Value, ProviderError> {
+) -> Result<&'a Json, ProviderError> {
     items.first().ok_or_else(|| ProviderError::MissingField {
         provider,
         field: index_path(path, 0),
@@ -182,6 +178,43 @@ pub(super) fn required_str<'a>(
         })
 }
 
+/// A string field that may be absent or `null` (then `None`).
+pub(super) fn optional_str<'a>(
+    provider: Provider,
+    obj: &'a Object,
+    prefix: &str,
+    key: &str,
+) -> Result<Option<&'a str>, ProviderError> {
+    match optional(obj, key) {
+        None => Ok(None),
+        Some(value) => value
+            .as_str()
+            .map(Some)
+            .ok_or_else(|| ProviderError::WrongType {
+                provider,
+                field: key_path(prefix, key),
+                expected: "string",
+            }),
+    }
+}
+
+/// A boolean field; absent or `null` reads as `false`.
+pub(super) fn flag(
+    provider: Provider,
+    obj: &Object,
+    prefix: &str,
+    key: &str,
+) -> Result<bool, ProviderError> {
+    match optional(obj, key) {
+        None => Ok(false),
+        Some(value) => value.as_bool().ok_or_else(|| ProviderError::WrongType {
+            provider,
+            field: key_path(prefix, key),
+            expected: "boolean",
+        }),
+    }
+}
+
 /// A required, non-empty string field (ids and names).
 pub(super) fn non_empty_str<'a>(
     provider: Provider,
@@ -200,10 +233,11 @@ pub(super) fn non_empty_str<'a>(
     Ok(text)
 }
 
-/// Compact JSON text of an arguments value that must be an object.
+/// Compact JSON text of an arguments value that must be an object. Numbers
+/// keep the text they were sent in.
 pub(super) fn arguments_from_value(
     provider: Provider,
-    value: &Value,
+    value: &Json,
     path: &str,
 ) -> Result<String, ProviderError> {
     if !value.is_object() {
@@ -213,14 +247,14 @@ pub(super) fn arguments_from_value(
             expected: "object",
         });
     }
-    to_json(provider, value)
+    Ok(value.to_text())
 }
 
 /// Compact JSON text of a string-encoded arguments field (OpenAI): the field
 /// must be a string whose text parses as a JSON object.
 pub(super) fn arguments_from_text(
     provider: Provider,
-    value: &Value,
+    value: &Json,
     path: &str,
 ) -> Result<String, ProviderError> {
     let text = value.as_str().ok_or_else(|| ProviderError::WrongType {
@@ -228,7 +262,7 @@ pub(super) fn arguments_from_text(
         field: shown(path),
         expected: "string holding JSON",
     })?;
-    let parsed = super::strict::from_str(text).map_err(|err| ProviderError::ArgumentsNotJson {
+    let parsed = super::strict::parse(text).map_err(|err| ProviderError::ArgumentsNotJson {
         provider,
         field: shown(path),
         reason: json_reason(&err),
@@ -240,21 +274,13 @@ pub(super) fn arguments_from_text(
             expected: "string holding a JSON object",
         });
     }
-    to_json(provider, &parsed)
-}
-
-/// Compact JSON text of anything serialisable.
-pub(super) fn to_json<T: Serialize + ?Sized>(
-    provider: Provider,
-    value: &T,
-) -> Result<String, ProviderError> {
-    serde_json::to_string(value).map_err(|_| ProviderError::RenderFailed { provider })
+    Ok(parsed.to_text())
 }
 
 /// A stored tool result, parsed once for rendering.
 pub(super) struct Output {
-    /// The result as a JSON value.
-    pub(super) value: Value,
+    /// The result as a JSON value (numbers as stored).
+    pub(super) value: Json,
     /// The result as text for a model: a JSON string's contents, otherwise the
     /// compact JSON text.
     pub(super) text: String,
@@ -268,15 +294,15 @@ impl Output {
         provider: Provider,
         result: &ToolResultContent,
     ) -> Result<Output, ProviderError> {
-        let value = super::strict::from_str(&result.output_json).map_err(|err| {
+        let value = super::strict::parse(&result.output_json).map_err(|err| {
             ProviderError::ResultNotJson {
                 provider,
                 reason: json_reason(&err),
             }
         })?;
         let text = match &value {
-            Value::String(text) => text.clone(),
-            other => to_json(provider, other)?,
+            Json::String(text) => text.clone(),
+            other => other.to_text(),
         };
         Ok(Output {
             value,
@@ -308,13 +334,13 @@ mod tests {
 
     #[test]
     fn json_reason_does_not_quote_input() {
-        let err = serde_json::from_str::<Value>("{\"secret\": nope}").unwrap_err();
+        let err = super::super::strict::parse("{\"secret\": nope}").unwrap_err();
         let reason = json_reason(&err);
         assert!(
             !reason.contains("nope") && !reason.contains("secret"),
             "{reason}"
         );
-        assert!(reason.contains("line 1"), "{reason}");
+        assert_eq!(reason, "expected value at line 1 column 12");
     }
 
     #[test]
@@ -326,11 +352,11 @@ mod tests {
         let out = Output::parse(Provider::OpenAiChat, &string).unwrap();
         assert_eq!(out.text, "sent \"ok\"");
         let object = ToolResultContent {
-            output_json: "{ \"a\": [true, null],\n \"b\": 1 }".into(),
+            output_json: "{ \"a\": [true, null, -0, 1.50],\n \"b\": 1 }".into(),
             is_error: true,
         };
         let out = Output::parse(Provider::OpenAiChat, &object).unwrap();
-        assert_eq!(out.text, r#"{"a":[true,null],"b":1}"#);
+        assert_eq!(out.text, r#"{"a":[true,null,-0,1.50],"b":1}"#);
         assert!(out.is_error);
     }
 }

@@ -2,9 +2,23 @@
 //!
 //! Calls are the `functionCall: {name, args, id?}` parts of
 //! `candidates[0].content.parts[]` (toolledger requests one candidate); text,
-//! thought and other parts are skipped. A candidate without `content` or
-//! `parts` (e.g. `finishReason: SAFETY`) holds no calls. `args` may be absent
-//! for a function without parameters and then reads as `{}`.
+//! thought, code-execution and server `toolCall`/`toolResponse` parts are
+//! skipped. A candidate without `content` or `parts` (e.g. `finishReason:
+//! SAFETY`) holds no calls. `args` may be absent for a function without
+//! parameters and then reads as `{}`.
+//!
+//! **Calls the server already ran.** With server-side MCP tools declared, the
+//! model turn holds a `functionCall`, the `functionResponse` the API got by
+//! running it, and the final text. A call answered in the same turn is not
+//! the client's to run and is skipped: a `functionResponse` with an `id`
+//! answers the call with that id; one without answers the first unanswered
+//! call of the same name.
+//!
+//! **Streamed fragments.** With `streamFunctionCallArguments`, a call arrives
+//! in pieces: `{name, willContinue: true}`, then `{partialArgs: […],
+//! willContinue: true}` parts, then `{}`. A single response holding such a
+//! piece is refused with `IncompleteCall` (never read as a call with `{}`
+//! arguments); [`super::StreamAssembler`] joins the pieces.
 //!
 //! Gemini often sends no call id. Such a call gets the derived id
 //! `gemini_r{round}_p{position}` with `call_id_derived = true`: stable across
@@ -18,20 +32,21 @@
 //! turn is a content of role `user` ([`super::render_gemini_user_turn`]), the
 //! role the current documentation uses for function responses.
 
-use serde::Serialize;
-use serde_json::{Map, Value};
+use std::collections::{HashMap, HashSet};
 
 use super::error::ProviderError;
 use super::fields::{
-    arguments_from_value, as_object, first, index_path, key_path, non_empty_str, optional,
-    optional_array, required_array, Output, RawCall,
+    arguments_from_value, as_object, first, flag, index_path, key_path, non_empty_str, optional,
+    optional_array, required_array, Object, Output, RawCall,
 };
+use super::json::Json;
 use crate::model::{Provider, ToolCall};
 
 const GEMINI: Provider = Provider::Gemini;
 
-/// Finds the `functionCall` objects of a `generateContent` response.
-pub(super) fn locate(root: &Value) -> Result<Vec<RawCall<'_>>, ProviderError> {
+/// The `parts` of the first candidate, with their path; `None` when the
+/// candidate has no content.
+pub(super) fn candidate_parts(root: &Json) -> Result<Option<(&[Json], String)>, ProviderError> {
     let obj = as_object(GEMINI, root, "")?;
     let candidates = required_array(GEMINI, obj, "", "candidates")?;
     let candidate = as_object(
@@ -40,25 +55,86 @@ pub(super) fn locate(root: &Value) -> Result<Vec<RawCall<'_>>, ProviderError> {
         "candidates[0]",
     )?;
     let Some(content) = optional(candidate, "content") else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     let content_path = "candidates[0].content";
     let content = as_object(GEMINI, content, content_path)?;
-    let Some(parts) = optional_array(GEMINI, content, content_path, "parts")? else {
+    Ok(optional_array(GEMINI, content, content_path, "parts")?
+        .map(|parts| (parts, key_path(content_path, "parts"))))
+}
+
+/// Finds the `functionCall` objects of a `generateContent` response that are
+/// the client's to run.
+pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
+    let Some((parts, parts_path)) = candidate_parts(root)? else {
         return Ok(Vec::new());
     };
-    let parts_path = key_path(content_path, "parts");
-    let mut found = Vec::new();
+    let mut calls = Vec::new();
+    let mut answered_ids = HashSet::new();
+    let mut answered_names: HashMap<&str, usize> = HashMap::new();
     for (index, part) in parts.iter().enumerate() {
         let part_path = index_path(&parts_path, index);
         let part = as_object(GEMINI, part, &part_path)?;
         if let Some(call) = optional(part, "functionCall") {
             let path = key_path(&part_path, "functionCall");
             let item = as_object(GEMINI, call, &path)?;
-            found.push(RawCall { path, item });
+            check_complete(item, &path)?;
+            calls.push(RawCall { path, item });
+        }
+        if let Some(response) = optional(part, "functionResponse") {
+            let path = key_path(&part_path, "functionResponse");
+            let response = as_object(GEMINI, response, &path)?;
+            match given_id(response, &path)? {
+                Some(id) => {
+                    answered_ids.insert(id);
+                }
+                None => {
+                    let name = non_empty_str(GEMINI, response, &path, "name")?;
+                    *answered_names.entry(name).or_default() += 1;
+                }
+            }
         }
     }
+    let mut found = Vec::with_capacity(calls.len());
+    for raw in calls {
+        let id = given_id(raw.item, &raw.path)?;
+        if id.is_some_and(|id| answered_ids.contains(id)) {
+            continue;
+        }
+        let name = non_empty_str(GEMINI, raw.item, &raw.path, "name")?;
+        if let Some(count) = answered_names.get_mut(name).filter(|count| **count > 0) {
+            *count -= 1;
+            continue;
+        }
+        found.push(raw);
+    }
     Ok(found)
+}
+
+/// A whole call carries neither `willContinue: true` nor `partialArgs`.
+fn check_complete(call: &Object, path: &str) -> Result<(), ProviderError> {
+    if flag(GEMINI, call, path, "willContinue")? || optional(call, "partialArgs").is_some() {
+        return Err(ProviderError::IncompleteCall {
+            provider: GEMINI,
+            field: path.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// The provider-given `id` of a call or response (`None` when absent or
+/// empty).
+fn given_id<'a>(obj: &'a Object, path: &str) -> Result<Option<&'a str>, ProviderError> {
+    match optional(obj, "id") {
+        None => Ok(None),
+        Some(Json::String(id)) if id.is_empty() => Ok(None),
+        Some(Json::String(id)) => Ok(Some(id)),
+        Some(_) => Err(ProviderError::WrongType {
+            provider: GEMINI,
+            field: key_path(path, "id"),
+            expected: "string",
+        }),
+    }
 }
 
 /// Converts one `functionCall`, deriving its id when Gemini sent none.
@@ -72,20 +148,9 @@ pub(super) fn convert(
         None => "{}".to_owned(),
         Some(args) => arguments_from_value(GEMINI, args, &key_path(&raw.path, "args"))?,
     };
-    let given_id = match optional(raw.item, "id") {
-        None => None,
-        Some(Value::String(id)) if id.is_empty() => None,
-        Some(Value::String(id)) => Some(id.clone()),
-        Some(_) => {
-            return Err(ProviderError::WrongType {
-                provider: GEMINI,
-                field: key_path(&raw.path, "id"),
-                expected: "string",
-            })
-        }
-    };
-    let call_id_derived = given_id.is_none();
-    let call_id = given_id.unwrap_or_else(|| derived_id(round, position));
+    let given = given_id(raw.item, &raw.path)?;
+    let call_id_derived = given.is_none();
+    let call_id = given.map_or_else(|| derived_id(round, position), str::to_owned);
     Ok(ToolCall {
         provider: GEMINI,
         call_id,
@@ -101,43 +166,26 @@ fn derived_id(round: u32, position: u32) -> String {
     format!("gemini_r{round}_p{position}")
 }
 
-/// A `functionResponse` part.
-#[derive(Serialize)]
-pub(super) struct FunctionResponsePart<'a> {
-    #[serde(rename = "functionResponse")]
-    function_response: FunctionResponse<'a>,
-}
-
-/// The body of a `functionResponse` part.
-#[derive(Serialize)]
-struct FunctionResponse<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<&'a str>,
-    name: &'a str,
-    response: Value,
-}
-
-/// The `functionResponse` part answering `call`.
-pub(super) fn part<'a>(call: &'a ToolCall, output: &Output) -> FunctionResponsePart<'a> {
+/// The `functionResponse` part answering `call`:
+/// `{"functionResponse":{"id"?,"name","response"}}`.
+pub(super) fn part(call: &ToolCall, output: &Output) -> Json {
     let response = match &output.value {
         value if output.is_error => wrap("error", value),
-        Value::Object(_) => output.value.clone(),
+        value @ Json::Object(_) => value.clone(),
         value => wrap("result", value),
     };
-    FunctionResponsePart {
-        function_response: FunctionResponse {
-            id: (!call.call_id_derived).then_some(call.call_id.as_str()),
-            name: &call.tool_name,
-            response,
-        },
+    let mut members = Vec::with_capacity(3);
+    if !call.call_id_derived {
+        members.push(("id", Json::str(&call.call_id)));
     }
+    members.push(("name", Json::str(&call.tool_name)));
+    members.push(("response", response));
+    Json::object([("functionResponse", Json::object(members))])
 }
 
 /// `{key: value}`.
-fn wrap(key: &str, value: &Value) -> Value {
-    let mut map = Map::new();
-    map.insert(key.to_owned(), value.clone());
-    Value::Object(map)
+fn wrap(key: &str, value: &Json) -> Json {
+    Json::object([(key, value.clone())])
 }
 
 #[cfg(test)]
@@ -146,6 +194,7 @@ mod tests {
         parse_tool_calls, render_gemini_user_turn, render_tool_result, ParseLimits,
         ToolResultContent,
     };
+
     use super::*;
 
     fn parse(json: &str, round: u32) -> Result<Vec<ToolCall>, ProviderError> {
@@ -293,6 +342,79 @@ mod tests {
                 r#"{"functionResponse":{"name":"get_weather","response":{"sky":"sunny","temp_c":31}}}"#,
                 r#"]}"#
             )
+        );
+    }
+
+    #[test]
+    fn calls_the_server_answered_are_not_returned() {
+        let json = include_str!("../../tests/fixtures/providers/gemini_server_mcp.json");
+        assert_eq!(
+            parse(json, 4).unwrap(),
+            vec![call(
+                "gemini_r4_p0",
+                true,
+                "create_event",
+                r#"{"start":"2026-02-02T07:00:00-05:00","title":"Shovel the driveway"}"#,
+                0
+            )]
+        );
+        // An id-less response answers one call of its name, in order.
+        let twice = r#"{"candidates":[{"content":{"role":"model","parts":[
+            {"functionCall":{"name":"ping","args":{"n":1}}},
+            {"functionCall":{"name":"ping","args":{"n":2}}},
+            {"functionResponse":{"name":"ping","response":{"ok":true}}}]}}]}"#;
+        assert_eq!(
+            parse(twice, 0).unwrap(),
+            vec![call("gemini_r0_p0", true, "ping", r#"{"n":2}"#, 0)]
+        );
+        // A response with another id answers nothing.
+        let other = r#"{"candidates":[{"content":{"role":"model","parts":[
+            {"functionCall":{"id":"a","name":"ping"}},
+            {"functionResponse":{"id":"b","name":"ping","response":{}}}]}}]}"#;
+        assert_eq!(
+            parse(other, 0).unwrap(),
+            vec![call("a", false, "ping", "{}", 0)]
+        );
+    }
+
+    #[test]
+    fn streamed_fragments_are_never_calls() {
+        let chunk = include_str!("../../tests/fixtures/providers/gemini_partial_args_chunk.json");
+        assert_eq!(
+            parse(chunk, 0),
+            Err(ProviderError::IncompleteCall {
+                provider: GEMINI,
+                field: "candidates[0].content.parts[0].functionCall".into()
+            })
+        );
+        let partial = r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":
+            {"partialArgs":[{"jsonPath":"$.celsius","numberValue":21.5}]}}]}}]}"#;
+        assert_eq!(
+            parse(partial, 0),
+            Err(ProviderError::IncompleteCall {
+                provider: GEMINI,
+                field: "candidates[0].content.parts[0].functionCall".into()
+            })
+        );
+        let finished = r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":
+            {"name":"f","args":{"a":1},"willContinue":false}}]}}]}"#;
+        assert_eq!(
+            parse(finished, 0).unwrap(),
+            vec![call("gemini_r0_p0", true, "f", r#"{"a":1}"#, 0)]
+        );
+    }
+
+    #[test]
+    fn result_numbers_render_as_stored() {
+        let given = call("fc-1", false, "quote", "{}", 0);
+        let stored = ToolResultContent {
+            output_json: r#"{"price": 224.18827276432074, "lot": 18446744073709551617, "d": -0}"#
+                .into(),
+            is_error: false,
+        };
+        assert_eq!(
+            render_tool_result(&given, &stored).unwrap(),
+            r#"{"functionResponse":{"id":"fc-1","name":"quote","response":{"d":-0,"lot":18446744073709551617,"price":224.18827276432074}}}"#
         );
     }
 }

@@ -10,45 +10,148 @@
 //! string. The call id is therefore the *JSON text* of the request id: the
 //! number `7` becomes `7`, the string `"req-7"` becomes `"req-7"` including its
 //! quotes (escaped as `serde_json` writes it). The renderer parses the call id
-//! back as JSON, so both types round-trip unambiguously (`7` vs `"7"`).
+//! back as JSON, so both types round-trip unambiguously (`7` vs `"7"`), and a
+//! number id keeps its exact text (`1e3` stays `1e3`).
 //!
-//! Results go back as a JSON-RPC response carrying a `CallToolResult`: one text
-//! content block, `structuredContent` when the output is a JSON object and the
-//! call succeeded (an error payload would not match the tool's `outputSchema`),
+//! **Protocol versions.** Up to 2025-11-25 the version is negotiated once at
+//! `initialize`; from 2026-07-28 every request names its version in
+//! `params._meta["io.modelcontextprotocol/protocolVersion"]`, and every
+//! result must carry `resultType`. [`McpProtocol::of_request`] reads the
+//! version a request declares; [`super::render_mcp_result`] renders for a
+//! given version. A request declaring a version this module does not know is
+//! refused (`UnsupportedProtocolVersion`): its answer's shape is unknown. JSON-RPC
+//! batches exist only up to 2025-03-26, so a batch element that declares a
+//! version is refused.
+//!
+//! Results go back as a JSON-RPC response carrying a `CallToolResult`:
+//! `resultType: "complete"` from 2026-07-28 on, one text content block,
+//! `structuredContent` when the output is a JSON object and the call
+//! succeeded (an error payload would not match the tool's `outputSchema`),
 //! and `isError` always written.
-
-use serde::Serialize;
-use serde_json::Value;
 
 use super::error::ProviderError;
 use super::fields::{
-    arguments_from_value, as_object, clip, index_path, key_path, non_empty_str, optional, required,
-    required_object, required_str, to_json, Object, Output, RawCall,
+    arguments_from_value, as_object, clip, index_path, key_path, non_empty_str, optional,
+    optional_object, required, required_object, required_str, Object, Output, RawCall,
 };
+use super::json::Json;
 use crate::model::{Provider, ToolCall};
 
 const MCP: Provider = Provider::Mcp;
 
+/// The `_meta` key naming a request's protocol version (2026-07-28 on).
+pub(super) const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// An MCP protocol revision whose `tools/call` shapes this module was
+/// checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum McpProtocol {
+    /// `2024-11-05`.
+    V2024_11_05,
+    /// `2025-03-26`.
+    V2025_03_26,
+    /// `2025-06-18`.
+    V2025_06_18,
+    /// `2025-11-25`.
+    V2025_11_25,
+    /// `2026-07-28`: versions named per request; results carry `resultType`.
+    V2026_07_28,
+}
+
+impl McpProtocol {
+    /// Every known revision, oldest first.
+    pub const ALL: [McpProtocol; 5] = [
+        McpProtocol::V2024_11_05,
+        McpProtocol::V2025_03_26,
+        McpProtocol::V2025_06_18,
+        McpProtocol::V2025_11_25,
+        McpProtocol::V2026_07_28,
+    ];
+
+    /// The version string (`2026-07-28`).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpProtocol::V2024_11_05 => "2024-11-05",
+            McpProtocol::V2025_03_26 => "2025-03-26",
+            McpProtocol::V2025_06_18 => "2025-06-18",
+            McpProtocol::V2025_11_25 => "2025-11-25",
+            McpProtocol::V2026_07_28 => "2026-07-28",
+        }
+    }
+
+    /// The revision named `version`.
+    ///
+    /// # Errors
+    ///
+    /// [`ProviderError::UnsupportedProtocolVersion`] for any other string.
+    pub fn parse(version: &str) -> Result<McpProtocol, ProviderError> {
+        McpProtocol::ALL
+            .into_iter()
+            .find(|known| known.as_str() == version)
+            .ok_or_else(|| ProviderError::UnsupportedProtocolVersion {
+                provider: MCP,
+                version: clip(version),
+            })
+    }
+
+    /// The version a `tools/call` request declares in
+    /// `params._meta["io.modelcontextprotocol/protocolVersion"]`, or `None`
+    /// when it declares none (a request of a revision up to 2025-11-25, whose
+    /// version was negotiated at `initialize`, or a batch).
+    ///
+    /// # Errors
+    ///
+    /// As [`super::parse_tool_calls`] for MCP: the same size limit, JSON and
+    /// envelope checks, and [`ProviderError::UnsupportedProtocolVersion`] for
+    /// an unknown version.
+    pub fn of_request(
+        request_json: &str,
+        limits: &super::ParseLimits,
+    ) -> Result<Option<McpProtocol>, ProviderError> {
+        let root = super::parse_root(MCP, request_json, limits)?;
+        locate(&root)?;
+        match &root {
+            Json::Object(request) => declared_version(request, ""),
+            _ => Ok(None),
+        }
+    }
+
+    /// True when results of this revision must carry `resultType`.
+    fn has_result_type(self) -> bool {
+        self >= McpProtocol::V2026_07_28
+    }
+}
+
 /// Finds the `tools/call` requests of a message or batch.
-pub(super) fn locate(root: &Value) -> Result<Vec<RawCall<'_>>, ProviderError> {
+pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
     match root {
-        Value::Array(batch) if batch.is_empty() => Err(ProviderError::WrongType {
+        Json::Array(batch) if batch.is_empty() => Err(ProviderError::WrongType {
             provider: MCP,
             field: "$".to_owned(),
             expected: "non-empty batch array",
         }),
-        Value::Array(batch) => batch
+        Json::Array(batch) => batch
             .iter()
             .enumerate()
             .map(|(index, request)| {
                 let path = index_path("", index);
                 let item = as_object(MCP, request, &path)?;
                 check_request(item, &path)?;
+                if declared_version(item, &path)?.is_some() {
+                    return Err(ProviderError::WrongType {
+                        provider: MCP,
+                        field: path,
+                        expected: "a request outside a batch (its protocol version has no batches)",
+                    });
+                }
                 Ok(RawCall { path, item })
             })
             .collect(),
-        Value::Object(item) => {
+        Json::Object(item) => {
             check_request(item, "")?;
+            declared_version(item, "")?;
             Ok(vec![RawCall {
                 path: String::new(),
                 item,
@@ -82,11 +185,31 @@ fn check_request(item: &Object, path: &str) -> Result<(), ProviderError> {
     Ok(())
 }
 
+/// The protocol version a request declares in `params._meta`, if any.
+fn declared_version(item: &Object, path: &str) -> Result<Option<McpProtocol>, ProviderError> {
+    let params_path = key_path(path, "params");
+    let Some(params) = optional_object(MCP, item, path, "params")? else {
+        return Ok(None);
+    };
+    let meta_path = key_path(&params_path, "_meta");
+    let Some(meta) = optional_object(MCP, params, &params_path, "_meta")? else {
+        return Ok(None);
+    };
+    match optional(meta, PROTOCOL_VERSION_KEY) {
+        None => Ok(None),
+        Some(Json::String(version)) => McpProtocol::parse(version).map(Some),
+        Some(_) => Err(ProviderError::WrongType {
+            provider: MCP,
+            field: key_path(&meta_path, PROTOCOL_VERSION_KEY),
+            expected: "string",
+        }),
+    }
+}
+
 /// Converts one `tools/call` request.
 pub(super) fn convert(raw: &RawCall<'_>, position: u32) -> Result<ToolCall, ProviderError> {
     let call_id = match required(MCP, raw.item, &raw.path, "id")? {
-        id @ Value::String(_) => to_json(MCP, id)?,
-        Value::Number(number) => number.to_string(),
+        id @ (Json::String(_) | Json::Number(_)) => id.to_text(),
         _ => {
             return Err(ProviderError::WrongType {
                 provider: MCP,
@@ -112,58 +235,36 @@ pub(super) fn convert(raw: &RawCall<'_>, position: u32) -> Result<ToolCall, Prov
     })
 }
 
-/// A JSON-RPC success response to `tools/call`.
-#[derive(Serialize)]
-pub(super) struct Response<'a> {
-    jsonrpc: &'static str,
-    id: Value,
-    result: CallToolResult<'a>,
-}
-
-/// MCP `CallToolResult`.
-#[derive(Serialize)]
-struct CallToolResult<'a> {
-    content: [TextContent<'a>; 1],
-    #[serde(rename = "structuredContent", skip_serializing_if = "Option::is_none")]
-    structured_content: Option<&'a Value>,
-    #[serde(rename = "isError")]
-    is_error: bool,
-}
-
-/// MCP `TextContent`.
-#[derive(Serialize)]
-struct TextContent<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    text: &'a str,
-}
-
-/// The JSON-RPC response answering `call`.
-pub(super) fn response<'a>(
+/// The JSON-RPC response answering `call` under `protocol`.
+pub(super) fn response(
     call: &ToolCall,
-    output: &'a Output,
-) -> Result<Response<'a>, ProviderError> {
-    let Ok(id @ (Value::String(_) | Value::Number(_))) =
-        serde_json::from_str::<Value>(&call.call_id)
-    else {
-        return Err(ProviderError::InvalidCallId { provider: MCP });
+    output: &Output,
+    protocol: McpProtocol,
+) -> Result<Json, ProviderError> {
+    let id = match super::strict::parse(&call.call_id) {
+        Ok(id @ (Json::String(_) | Json::Number(_))) => id,
+        _ => return Err(ProviderError::InvalidCallId { provider: MCP }),
     };
-    let structured_content = match &output.value {
-        value @ Value::Object(_) if !output.is_error => Some(value),
-        _ => None,
-    };
-    Ok(Response {
-        jsonrpc: "2.0",
-        id,
-        result: CallToolResult {
-            content: [TextContent {
-                kind: "text",
-                text: &output.text,
-            }],
-            structured_content,
-            is_error: output.is_error,
-        },
-    })
+    let mut result = Vec::with_capacity(4);
+    if protocol.has_result_type() {
+        result.push(("resultType", Json::str("complete")));
+    }
+    result.push((
+        "content",
+        Json::Array(vec![Json::object([
+            ("type", Json::str("text")),
+            ("text", Json::str(&output.text)),
+        ])]),
+    ));
+    if let (Json::Object(_), false) = (&output.value, output.is_error) {
+        result.push(("structuredContent", output.value.clone()));
+    }
+    result.push(("isError", Json::Bool(output.is_error)));
+    Ok(Json::object([
+        ("jsonrpc", Json::str("2.0")),
+        ("id", id),
+        ("result", Json::object(result)),
+    ]))
 }
 
 #[cfg(test)]
@@ -296,12 +397,99 @@ mod tests {
         let json = include_str!("../../tests/fixtures/providers/mcp_single_unicode.json");
         let calls = parse(json).unwrap();
         let rendered = render_tool_result(&calls[0], &result("1", false)).unwrap();
-        let value: Value = serde_json::from_str(&rendered).unwrap();
-        assert_eq!(value["id"], Value::String("réq-ü\"1\"".into()));
+        let value: serde_json::Value = serde_json::from_str(&rendered).unwrap();
+        assert_eq!(value["id"], serde_json::Value::String("réq-ü\"1\"".into()));
         let bad = call("req-8", "f", "{}", 0);
         assert_eq!(
             render_tool_result(&bad, &result("1", false)),
             Err(ProviderError::InvalidCallId { provider: MCP })
+        );
+    }
+
+    #[test]
+    fn renders_by_the_protocol_version_the_request_declares() {
+        let json = include_str!("../../tests/fixtures/providers/mcp_2026_request.json");
+        let limits = ParseLimits::default();
+        assert_eq!(
+            McpProtocol::of_request(json, &limits),
+            Ok(Some(McpProtocol::V2026_07_28))
+        );
+        let calls = parse(json).unwrap();
+        assert_eq!(
+            calls,
+            vec![call(
+                r#""call-weather-0202""#,
+                "get_weather",
+                r#"{"city":"New York","date":"2026-02-02","elevation_m":10.0}"#,
+                0
+            )]
+        );
+        let stored = result(r#"{"temp_f": 72, "sky": "partly cloudy"}"#, false);
+        assert_eq!(
+            super::super::render_mcp_result(&calls[0], &stored, McpProtocol::V2026_07_28).unwrap(),
+            concat!(
+                r#"{"jsonrpc":"2.0","id":"call-weather-0202","result":{"resultType":"complete","#,
+                r#""content":[{"type":"text","text":"{\"sky\":\"partly cloudy\",\"temp_f\":72}"}],"#,
+                r#""structuredContent":{"sky":"partly cloudy","temp_f":72},"isError":false}}"#
+            )
+        );
+        // Earlier revisions render exactly as render_tool_result does.
+        for older in &McpProtocol::ALL[..4] {
+            assert_eq!(
+                super::super::render_mcp_result(&calls[0], &stored, *older),
+                render_tool_result(&calls[0], &stored)
+            );
+        }
+        let older_request = include_str!("../../tests/fixtures/providers/mcp_single_unicode.json");
+        assert_eq!(McpProtocol::of_request(older_request, &limits), Ok(None));
+    }
+
+    #[test]
+    fn unknown_versions_and_versioned_batch_elements_are_refused() {
+        let future = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"f",
+            "_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}"#;
+        let refused = Err(ProviderError::UnsupportedProtocolVersion {
+            provider: MCP,
+            version: "2099-01-01".into(),
+        });
+        assert_eq!(parse(future), refused.clone().map(|()| vec![]));
+        assert_eq!(
+            McpProtocol::of_request(future, &ParseLimits::default()),
+            refused.map(|()| None)
+        );
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"f",
+            "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}]"#;
+        assert!(matches!(
+            parse(batch),
+            Err(ProviderError::WrongType { ref field, .. }) if field == "[0]"
+        ));
+        assert_eq!(
+            McpProtocol::parse("2025-06-18"),
+            Ok(McpProtocol::V2025_06_18)
+        );
+        let chat_call =
+            super::super::tests::tool_call(Provider::OpenAiChat, "c", false, "f", "{}", 0);
+        assert_eq!(
+            super::super::render_mcp_result(
+                &chat_call,
+                &result("1", false),
+                McpProtocol::V2026_07_28
+            ),
+            Err(ProviderError::ProviderMismatch {
+                expected: MCP,
+                found: Provider::OpenAiChat
+            })
+        );
+    }
+
+    #[test]
+    fn number_ids_keep_their_text() {
+        let request = r#"{"jsonrpc":"2.0","id":1e3,"method":"tools/call","params":{"name":"f"}}"#;
+        let calls = parse(request).unwrap();
+        assert_eq!(calls[0].call_id, "1e3");
+        assert_eq!(
+            render_tool_result(&calls[0], &result(r#""ok""#, false)).unwrap(),
+            r#"{"jsonrpc":"2.0","id":1e3,"result":{"content":[{"type":"text","text":"ok"}],"isError":false}}"#
         );
     }
 }

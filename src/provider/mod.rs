@@ -4,41 +4,58 @@
 //! Responses), Anthropic Messages, Gemini `generateContent` and MCP `tools/call`
 //! look like on the wire. [`parse_tool_calls`] turns the tool calls of one model
 //! response into neutral [`ToolCall`]s before anything is recorded in the
-//! ledger; [`render_tool_result`] (and the whole-turn helpers) turn a stored
-//! result back into the message that provider expects.
+//! ledger; [`StreamAssembler`] does the same for a streamed response, chunk by
+//! chunk; [`render_tool_result`] (and the whole-turn helpers) turn a stored
+//! result back into the message that provider expects. `docs/providers.md`
+//! lists, per provider, which response items are client calls, which are
+//! skipped and which are refused.
 //!
-//! Two properties matter to the ledger:
+//! Four properties matter to the ledger:
 //!
 //! * **All-or-nothing parsing.** If any call of a response is malformed the
 //!   whole parse fails, so a half-understood response never gets recorded.
 //!   Responses are size-checked *before* parsing ([`ParseLimits`]); nesting depth
-//!   is bounded by `serde_json`'s recursion limit (128).
+//!   is bounded at 128.
+//! * **Only the client's calls, only whole calls.** A call the provider
+//!   already ran (answered in the same response) is skipped; a call that is
+//!   not complete (a streamed fragment, an item still in progress, a call cut
+//!   off at the token limit) is refused with [`ProviderError::IncompleteCall`],
+//!   never returned with missing arguments.
+//! * **Values unchanged.** Arguments are returned as compact JSON text of an
+//!   object, members sorted by key, every number exactly as the provider sent
+//!   it (no rounding through binary floating point, `-0` stays `-0`); results
+//!   are rendered with every number exactly as stored. Duplicate object keys
+//!   anywhere in a response, in string-encoded arguments or in a stored result
+//!   are rejected rather than collapsed.
 //! * **Deterministic rendering.** The same call and the same stored result
 //!   always render byte-identical JSON, so a replay delivers exactly what the
-//!   first delivery did. Result JSON is re-serialised compactly (object keys in
-//!   `serde_json`'s map order), which also makes rendering insensitive to
-//!   whitespace in the stored text.
+//!   first delivery did. Result JSON is re-written compactly (object keys
+//!   sorted), which also makes rendering insensitive to whitespace in the
+//!   stored text.
 //!
-//! Arguments are returned as compact JSON text of an object; the ledger
-//! canonicalises them later. Duplicate object keys anywhere in a response,
-//! in string-encoded arguments or in a stored result are rejected rather than
-//! collapsed (`serde_json` would silently keep the last one). Errors name the provider and the JSON path of the
-//! problem, never argument or result values (see [`ProviderError`]).
+//! Errors name the provider and the JSON path of the problem, never argument
+//! or result values (see [`ProviderError`]).
 
 mod anthropic;
 mod error;
 mod fields;
 mod gemini;
+mod json;
 mod mcp;
 mod openai;
+mod responses;
+mod stream;
 mod strict;
 
 use std::collections::HashMap;
 
 pub use error::{ProviderError, MAX_TAG_CHARS};
+pub use mcp::McpProtocol;
+pub use stream::StreamAssembler;
 
 use crate::model::{Provider, ToolCall};
 use fields::{Output, RawCall};
+use json::Json;
 
 /// Default for [`ParseLimits::max_bytes`]: 4 MiB.
 pub const DEFAULT_MAX_BYTES: usize = 4 * 1024 * 1024;
@@ -91,6 +108,14 @@ pub struct ToolResultContent {
 /// JSON text of the request id: `7` for the number 7, `"req-7"` (with the
 /// quotes) for the string `req-7`, so that results can restore its type.
 ///
+/// Calls the provider already answered in the same response are not
+/// returned. For OpenAI Responses, the tool name of a call made inside a
+/// `namespace` is `namespace.name`. A document that is one chunk of a stream
+/// is parsed as a whole response: a call it holds only in part is refused
+/// with [`ProviderError::IncompleteCall`], never returned, and an answer
+/// that arrives in a later chunk cannot be seen: use [`StreamAssembler`] for
+/// streams.
+///
 /// # Errors
 ///
 /// * [`ProviderError::Unsupported`] for [`Provider::Custom`];
@@ -102,6 +127,9 @@ pub struct ToolResultContent {
 /// * [`ProviderError::MissingField`], [`ProviderError::WrongType`],
 ///   [`ProviderError::ArgumentsNotJson`], [`ProviderError::UnknownBlockType`],
 ///   [`ProviderError::UnsupportedMethod`] naming the first malformed field;
+/// * [`ProviderError::IncompleteCall`] for a call that is not complete;
+/// * [`ProviderError::UnsupportedProtocolVersion`] for an MCP request that
+///   declares a protocol version this module does not know;
 /// * [`ProviderError::DuplicateCallId`] when two calls share an id.
 pub fn parse_tool_calls(
     provider: Provider,
@@ -109,6 +137,16 @@ pub fn parse_tool_calls(
     round: u32,
     limits: &ParseLimits,
 ) -> Result<Vec<ToolCall>, ProviderError> {
+    let root = parse_root(provider, response_json, limits)?;
+    calls_from_document(provider, &root, round, limits)
+}
+
+/// Size-checks and parses a document for `provider`.
+fn parse_root(
+    provider: Provider,
+    response_json: &str,
+    limits: &ParseLimits,
+) -> Result<Json, ProviderError> {
     if provider == Provider::Custom {
         return Err(ProviderError::Unsupported { provider });
     }
@@ -119,13 +157,23 @@ pub fn parse_tool_calls(
             max: limits.max_bytes,
         });
     }
-    let root = fields::parse_document(provider, response_json)?;
+    fields::parse_document(provider, response_json)
+}
+
+/// The client's calls in a parsed document (a response, or a stream's
+/// assembled equivalent).
+fn calls_from_document(
+    provider: Provider,
+    root: &Json,
+    round: u32,
+    limits: &ParseLimits,
+) -> Result<Vec<ToolCall>, ProviderError> {
     let raw = match provider {
-        Provider::OpenAiChat => openai::locate_chat(&root)?,
-        Provider::OpenAiResponses => openai::locate_responses(&root)?,
-        Provider::Anthropic => anthropic::locate(&root)?,
-        Provider::Gemini => gemini::locate(&root)?,
-        Provider::Mcp => mcp::locate(&root)?,
+        Provider::OpenAiChat => openai::locate_chat(root)?,
+        Provider::OpenAiResponses => responses::locate(root)?,
+        Provider::Anthropic => anthropic::locate(root)?,
+        Provider::Gemini => gemini::locate(root)?,
+        Provider::Mcp => mcp::locate(root)?,
         Provider::Custom => return Err(ProviderError::Unsupported { provider }),
     };
     if raw.len() > limits.max_calls {
@@ -157,7 +205,7 @@ fn convert(
 ) -> Result<ToolCall, ProviderError> {
     match provider {
         Provider::OpenAiChat => openai::convert_chat(raw, position),
-        Provider::OpenAiResponses => openai::convert_responses(raw, position),
+        Provider::OpenAiResponses => responses::convert(raw, position),
         Provider::Anthropic => anthropic::convert(raw, position),
         Provider::Gemini => gemini::convert(raw, position, round),
         Provider::Mcp => mcp::convert(raw, position),
@@ -185,18 +233,23 @@ fn check_unique_ids(provider: Provider, calls: &[ToolCall]) -> Result<(), Provid
 /// as compact JSON.
 ///
 /// * OpenAI Chat: `{"role":"tool","tool_call_id":…,"content":"…"}`;
-/// * OpenAI Responses: `{"type":"function_call_output","call_id":…,"output":"…"}`;
+/// * OpenAI Responses: `{"type":"function_call_output","call_id":…,"output":"…"}`
+///   (with `"name"` and `"namespace"` before `"output"` for a call whose tool
+///   name is `namespace.name`);
 /// * Anthropic: one `{"type":"tool_result","tool_use_id":…,"content":"…"}`
 ///   block, with `"is_error":true` appended only for failures (send all blocks
 ///   of a response with [`render_anthropic_user_message`]);
 /// * Gemini: one `{"functionResponse":{"id"?,"name","response"}}` part (`id`
 ///   only for a provider-given id; see [`render_gemini_user_turn`]);
-/// * MCP: a JSON-RPC response carrying a `CallToolResult`.
+/// * MCP: a JSON-RPC response carrying a `CallToolResult` in the shape of the
+///   revisions up to 2025-11-25; for a request that declared its version use
+///   [`render_mcp_result`].
 ///
 /// Text content is the stored result's string value when it is a JSON
-/// string, otherwise its compact JSON text. OpenAI formats have no error
-/// flag: the stored output itself must describe the failure. The output is
-/// deterministic: the same call and result always give the same bytes.
+/// string, otherwise its compact JSON text. Every number is written exactly
+/// as stored. OpenAI formats have no error flag: the stored output itself
+/// must describe the failure. The output is deterministic: the same call and
+/// result always give the same bytes.
 ///
 /// # Errors
 ///
@@ -213,14 +266,40 @@ pub fn render_tool_result(
         return Err(ProviderError::Unsupported { provider });
     }
     let output = Output::parse(provider, result)?;
-    match provider {
+    Ok(match provider {
         Provider::OpenAiChat => openai::render_chat(call, &output),
-        Provider::OpenAiResponses => openai::render_responses(call, &output),
-        Provider::Anthropic => fields::to_json(provider, &anthropic::block(call, &output)),
-        Provider::Gemini => fields::to_json(provider, &gemini::part(call, &output)),
-        Provider::Mcp => fields::to_json(provider, &mcp::response(call, &output)?),
-        Provider::Custom => Err(ProviderError::Unsupported { provider }),
+        Provider::OpenAiResponses => responses::render(call, &output),
+        Provider::Anthropic => anthropic::block(call, &output).to_text(),
+        Provider::Gemini => gemini::part(call, &output).to_text(),
+        Provider::Mcp => mcp::response(call, &output, McpProtocol::V2025_11_25)?.to_text(),
+        Provider::Custom => return Err(ProviderError::Unsupported { provider }),
+    })
+}
+
+/// Renders the JSON-RPC response answering one MCP `tools/call` request made
+/// under `protocol` (see [`McpProtocol::of_request`] for the version a request
+/// declares). From 2026-07-28 on the result carries
+/// `"resultType":"complete"` first; otherwise the bytes are those of
+/// [`render_tool_result`].
+///
+/// # Errors
+///
+/// [`ProviderError::ProviderMismatch`] for a non-MCP call,
+/// [`ProviderError::ResultNotJson`] when `result.output_json` is not JSON,
+/// [`ProviderError::InvalidCallId`] for a call id that cannot be restored.
+pub fn render_mcp_result(
+    call: &ToolCall,
+    result: &ToolResultContent,
+    protocol: McpProtocol,
+) -> Result<String, ProviderError> {
+    if call.provider != Provider::Mcp {
+        return Err(ProviderError::ProviderMismatch {
+            expected: Provider::Mcp,
+            found: call.provider,
+        });
     }
+    let output = Output::parse(Provider::Mcp, result)?;
+    Ok(mcp::response(call, &output, protocol)?.to_text())
 }
 
 /// Renders the Anthropic user message answering one response:
@@ -244,7 +323,7 @@ pub fn render_anthropic_user_message(
         .iter()
         .map(|(call, output)| anthropic::block(call, output))
         .collect();
-    fields::to_json(provider, &UserTurn::content(blocks))
+    Ok(user_turn("content", blocks))
 }
 
 /// Renders the Gemini content answering one response:
@@ -268,11 +347,12 @@ pub fn render_gemini_user_turn(
         .iter()
         .map(|(call, output)| gemini::part(call, output))
         .collect();
-    fields::to_json(provider, &UserTurn::parts(parts))
+    Ok(user_turn("parts", parts))
 }
 
 /// Renders the JSON-RPC batch response answering an MCP batch request: an
-/// array of responses in call position order.
+/// array of responses in call position order. (Batches exist only in the
+/// revisions up to 2025-03-26, so no `resultType` is written.)
 ///
 /// # Errors
 ///
@@ -287,9 +367,9 @@ pub fn render_mcp_batch_response(
     let parsed = turn_outputs(provider, calls_and_results)?;
     let responses = parsed
         .iter()
-        .map(|(call, output)| mcp::response(call, output))
+        .map(|(call, output)| mcp::response(call, output, McpProtocol::V2025_03_26))
         .collect::<Result<Vec<_>, _>>()?;
-    fields::to_json(provider, &responses)
+    Ok(Json::Array(responses).to_text())
 }
 
 /// Checks and parses the results of one turn, ordered by call position.
@@ -314,34 +394,10 @@ fn turn_outputs<'a>(
     Ok(parsed)
 }
 
-/// A `role: user` message with either Anthropic `content` or Gemini `parts`.
-#[derive(serde::Serialize)]
-struct UserTurn<C: serde::Serialize, P: serde::Serialize> {
-    role: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    content: Option<Vec<C>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    parts: Option<Vec<P>>,
-}
-
-impl<C: serde::Serialize> UserTurn<C, ()> {
-    fn content(content: Vec<C>) -> Self {
-        UserTurn {
-            role: "user",
-            content: Some(content),
-            parts: None,
-        }
-    }
-}
-
-impl<P: serde::Serialize> UserTurn<(), P> {
-    fn parts(parts: Vec<P>) -> Self {
-        UserTurn {
-            role: "user",
-            content: None,
-            parts: Some(parts),
-        }
-    }
+/// `{"role":"user","<key>":[…]}`: an Anthropic user message (`content`) or a
+/// Gemini user content (`parts`).
+fn user_turn(key: &str, items: Vec<Json>) -> String {
+    Json::object([("role", Json::str("user")), (key, Json::Array(items))]).to_text()
 }
 
 #[cfg(test)]

@@ -1,57 +1,44 @@
-//! OpenAI wire formats: Chat Completions and the Responses API.
+//! OpenAI Chat Completions wire format.
 //!
-//! Both carry a function call's arguments as a JSON *string* that must itself
-//! parse as a JSON object, and both take the result back as a plain string.
+//! Calls are `choices[0].message.tool_calls[]`, each `{id, type: "function",
+//! function: {name, arguments}}`, the arguments a JSON *string* that must
+//! itself parse as a JSON object. Only the first choice is read (toolledger
+//! requests `n = 1`). A bare assistant `message` object is accepted too. A
+//! call without `type` is taken as `function`; any other type (e.g. `custom`
+//! free-form tools) is an `UnknownBlockType`. The deprecated single
+//! `function_call` field is not read.
 //!
-//! * Chat Completions: calls are `choices[0].message.tool_calls[]`, each
-//!   `{id, type: "function", function: {name, arguments}}`. Only the first
-//!   choice is read (toolledger requests `n = 1`). A bare assistant `message`
-//!   object is accepted too. A call without `type` is taken as `function`; any
-//!   other type (e.g. `custom` free-form tools) is an `UnknownBlockType`. The
-//!   deprecated single `function_call` field is not read.
-//! * Responses: calls are `output[]` items of type `function_call`; the
-//!   correlation id is `call_id` (`id` is the item's own `fc_…` id). Items the
-//!   client never answers — `message`, `reasoning`, and the hosted tools that
-//!   OpenAI runs itself — are skipped. Any other item type (e.g.
-//!   `computer_call`, `custom_tool_call`, `local_shell_call`) expects a client
-//!   answer this module cannot give, so it fails the parse rather than being
-//!   silently dropped.
-
-use serde::Serialize;
-use serde_json::Value;
+//! A choice that ended with `finish_reason` `length` or `content_filter`
+//! was cut off: its last call may hold half its arguments, so such a response
+//! with calls is refused with `IncompleteCall` rather than parsed.
+//!
+//! Results go back as `{"role":"tool","tool_call_id":…,"content":"…"}`, the
+//! content a plain string. The Responses API lives in [`super::responses`].
 
 use super::error::ProviderError;
 use super::fields::{
     arguments_from_text, as_object, clip, first, index_path, key_path, non_empty_str, optional,
-    optional_array, required, required_array, required_object, required_str, Output, RawCall,
+    optional_array, optional_str, required, required_array, required_object, Output, RawCall,
 };
+use super::json::Json;
 use crate::model::{Provider, ToolCall};
 
 const CHAT: Provider = Provider::OpenAiChat;
-const RESPONSES: Provider = Provider::OpenAiResponses;
 
-/// Responses API output item types that need no client answer.
-const SKIPPED_OUTPUT_ITEMS: &[&str] = &[
-    "message",
-    "reasoning",
-    "web_search_call",
-    "file_search_call",
-    "code_interpreter_call",
-    "image_generation_call",
-    "mcp_call",
-    "mcp_list_tools",
-];
+/// Finish reasons after which the last call may be cut off.
+const TRUNCATING_FINISH_REASONS: &[&str] = &["length", "content_filter"];
 
 /// Finds the tool calls of a Chat Completions response (or bare message).
-pub(super) fn locate_chat(root: &Value) -> Result<Vec<RawCall<'_>>, ProviderError> {
+pub(super) fn locate_chat(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
     let obj = as_object(CHAT, root, "")?;
-    let (message, prefix) = if obj.contains_key("choices") {
+    let (message, prefix, finish_reason) = if obj.contains_key("choices") {
         let choices = required_array(CHAT, obj, "", "choices")?;
         let choice = as_object(CHAT, first(CHAT, choices, "choices")?, "choices[0]")?;
         let message = required_object(CHAT, choice, "choices[0]", "message")?;
-        (message, "choices[0].message".to_owned())
+        let finish_reason = optional_str(CHAT, choice, "choices[0]", "finish_reason")?;
+        (message, "choices[0].message".to_owned(), finish_reason)
     } else if obj.contains_key("role") || obj.contains_key("tool_calls") {
-        (obj, String::new())
+        (obj, String::new(), None)
     } else {
         return Err(ProviderError::MissingField {
             provider: CHAT,
@@ -68,8 +55,8 @@ pub(super) fn locate_chat(root: &Value) -> Result<Vec<RawCall<'_>>, ProviderErro
         let item = as_object(CHAT, item, &path)?;
         match optional(item, "type") {
             None => {}
-            Some(Value::String(kind)) if kind == "function" => {}
-            Some(Value::String(kind)) => {
+            Some(Json::String(kind)) if kind == "function" => {}
+            Some(Json::String(kind)) => {
                 return Err(ProviderError::UnknownBlockType {
                     provider: CHAT,
                     field: path,
@@ -85,6 +72,14 @@ pub(super) fn locate_chat(root: &Value) -> Result<Vec<RawCall<'_>>, ProviderErro
             }
         }
         found.push(RawCall { path, item });
+    }
+    if let (Some(reason), Some(last)) = (finish_reason, found.last()) {
+        if TRUNCATING_FINISH_REASONS.contains(&reason) {
+            return Err(ProviderError::IncompleteCall {
+                provider: CHAT,
+                field: last.path.clone(),
+            });
+        }
     }
     Ok(found)
 }
@@ -110,89 +105,14 @@ pub(super) fn convert_chat(raw: &RawCall<'_>, position: u32) -> Result<ToolCall,
     })
 }
 
-/// Finds the `function_call` items of a Responses API response.
-pub(super) fn locate_responses(root: &Value) -> Result<Vec<RawCall<'_>>, ProviderError> {
-    let obj = as_object(RESPONSES, root, "")?;
-    let items = required_array(RESPONSES, obj, "", "output")?;
-    let mut found = Vec::new();
-    for (index, item) in items.iter().enumerate() {
-        let path = index_path("output", index);
-        let item = as_object(RESPONSES, item, &path)?;
-        let kind = required_str(RESPONSES, item, &path, "type")?;
-        if kind == "function_call" {
-            found.push(RawCall { path, item });
-        } else if !SKIPPED_OUTPUT_ITEMS.contains(&kind) {
-            return Err(ProviderError::UnknownBlockType {
-                provider: RESPONSES,
-                field: path,
-                block_type: clip(kind),
-            });
-        }
-    }
-    Ok(found)
-}
-
-/// Converts one Responses API `function_call` item.
-pub(super) fn convert_responses(
-    raw: &RawCall<'_>,
-    position: u32,
-) -> Result<ToolCall, ProviderError> {
-    let call_id = non_empty_str(RESPONSES, raw.item, &raw.path, "call_id")?;
-    let tool_name = non_empty_str(RESPONSES, raw.item, &raw.path, "name")?;
-    let arguments = arguments_from_text(
-        RESPONSES,
-        required(RESPONSES, raw.item, &raw.path, "arguments")?,
-        &key_path(&raw.path, "arguments"),
-    )?;
-    Ok(ToolCall {
-        provider: RESPONSES,
-        call_id: call_id.to_owned(),
-        call_id_derived: false,
-        tool_name: tool_name.to_owned(),
-        arguments,
-        position,
-    })
-}
-
-/// A Chat Completions `tool` message.
-#[derive(Serialize)]
-struct ToolMessage<'a> {
-    role: &'static str,
-    tool_call_id: &'a str,
-    content: &'a str,
-}
-
-/// A Responses API `function_call_output` input item.
-#[derive(Serialize)]
-struct FunctionCallOutput<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    call_id: &'a str,
-    output: &'a str,
-}
-
 /// Renders `{"role":"tool","tool_call_id":…,"content":…}`.
-pub(super) fn render_chat(call: &ToolCall, output: &Output) -> Result<String, ProviderError> {
-    super::fields::to_json(
-        CHAT,
-        &ToolMessage {
-            role: "tool",
-            tool_call_id: &call.call_id,
-            content: &output.text,
-        },
-    )
-}
-
-/// Renders `{"type":"function_call_output","call_id":…,"output":…}`.
-pub(super) fn render_responses(call: &ToolCall, output: &Output) -> Result<String, ProviderError> {
-    super::fields::to_json(
-        RESPONSES,
-        &FunctionCallOutput {
-            kind: "function_call_output",
-            call_id: &call.call_id,
-            output: &output.text,
-        },
-    )
+pub(super) fn render_chat(call: &ToolCall, output: &Output) -> String {
+    Json::object([
+        ("role", Json::str("tool")),
+        ("tool_call_id", Json::str(&call.call_id)),
+        ("content", Json::str(&output.text)),
+    ])
+    .to_text()
 }
 
 #[cfg(test)]
@@ -249,7 +169,7 @@ mod tests {
             calls[0].arguments,
             r#"{"body":"Grüße 👋 from Zürich — 東京で会いましょう 😀","subject":"He said \"ship it\" \\o/","to":"zoë@example.ch"}"#
         );
-        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        let args: serde_json::Value = serde_json::from_str(&calls[0].arguments).unwrap();
         assert_eq!(args["body"], "Grüße 👋 from Zürich — 東京で会いましょう 😀");
     }
 
@@ -267,9 +187,23 @@ mod tests {
 
     #[test]
     fn chat_malformed_cases_name_the_field() {
+        // The fixture's second call was cut off at the token limit
+        // (`finish_reason: length`): refused as incomplete.
         let bad = include_str!("../../tests/fixtures/providers/openai_chat_bad_arguments.json");
-        assert!(matches!(
+        assert_eq!(
             parse(CHAT, bad),
+            Err(ProviderError::IncompleteCall {
+                provider: CHAT,
+                field: "choices[0].message.tool_calls[1]".into()
+            })
+        );
+        // The same text without the truncating finish reason.
+        let not_json = bad.replace(
+            r#""finish_reason": "length""#,
+            r#""finish_reason": "tool_calls""#,
+        );
+        assert!(matches!(
+            parse(CHAT, &not_json),
             Err(ProviderError::ArgumentsNotJson { provider: CHAT, ref field, .. })
                 if field == "choices[0].message.tool_calls[1].function.arguments"
         ));
@@ -329,68 +263,34 @@ mod tests {
     }
 
     #[test]
-    fn responses_skip_reasoning_and_keep_call_id() {
-        let json = include_str!("../../tests/fixtures/providers/openai_responses_parallel.json");
-        let calls = parse(RESPONSES, json).unwrap();
+    fn truncated_choices_with_calls_are_refused() {
+        let cut = r#"{"choices":[{"index":0,"finish_reason":"length","message":{"role":"assistant","tool_calls":[
+            {"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}},
+            {"id":"call_2","type":"function","function":{"name":"g","arguments":"{\"to\":\"a\"}"}}]}}]}"#;
         assert_eq!(
-            calls,
-            vec![
-                call(
-                    RESPONSES,
-                    "call_9fKd2LmQ7wZx4TbN",
-                    "get_weather",
-                    r#"{"city":"Lisbon","units":"metric"}"#,
-                    0
-                ),
-                call(
-                    RESPONSES,
-                    "call_3hRt8YpV1sGc6JuE",
-                    "create_event",
-                    r#"{"location":"Café Nicola, Lisboa","start":"2025-06-02T19:30:00+01:00","title":"Dinner with Ana"}"#,
-                    1
-                ),
-            ]
+            parse(CHAT, cut),
+            Err(ProviderError::IncompleteCall {
+                provider: CHAT,
+                field: "choices[0].message.tool_calls[1]".into()
+            })
         );
+        let text_only = r#"{"choices":[{"finish_reason":"length","message":{"role":"assistant","content":"Once upon"}}]}"#;
+        assert_eq!(parse(CHAT, text_only).unwrap(), vec![]);
     }
 
     #[test]
-    fn responses_unicode_and_malformed() {
-        let json = include_str!("../../tests/fixtures/providers/openai_responses_unicode.json");
-        let calls = parse(RESPONSES, json).unwrap();
+    fn argument_numbers_keep_their_digits() {
+        let json = r#"{"role":"assistant","tool_calls":[{"id":"call_n","type":"function","function":{"name":"pay",
+            "arguments":"{\"amount\": 224.18827276432074, \"big\": 123456789012345678901234567890, \"zero\": -0, \"e\": 1E+2}"}}]}"#;
         assert_eq!(
-            calls,
+            parse(CHAT, json).unwrap(),
             vec![call(
-                RESPONSES,
-                "call_Uu1cOdE7xYz",
-                "send_message",
-                r##"{"channel":"#général","text":"Grüße 👋 from Zürich, 你好，世界 and a \"quoted\" word\n"}"##,
+                CHAT,
+                "call_n",
+                "pay",
+                r#"{"amount":224.18827276432074,"big":123456789012345678901234567890,"e":1E+2,"zero":-0}"#,
                 0
             )]
-        );
-        let bad =
-            include_str!("../../tests/fixtures/providers/openai_responses_bad_arguments.json");
-        assert!(matches!(
-            parse(RESPONSES, bad),
-            Err(ProviderError::ArgumentsNotJson { provider: RESPONSES, ref field, .. })
-                if field == "output[1].arguments"
-        ));
-        let computer = r#"{"output":[{"type":"computer_call","id":"cu_1","call_id":"call_1","action":{"type":"click"}}]}"#;
-        assert_eq!(
-            parse(RESPONSES, computer),
-            Err(ProviderError::UnknownBlockType {
-                provider: RESPONSES,
-                field: "output[0]".into(),
-                block_type: "computer_call".into()
-            })
-        );
-        let no_call_id =
-            r#"{"output":[{"type":"function_call","id":"fc_1","name":"f","arguments":"{}"}]}"#;
-        assert_eq!(
-            parse(RESPONSES, no_call_id),
-            Err(ProviderError::MissingField {
-                provider: RESPONSES,
-                field: "output[0].call_id".into()
-            })
         );
     }
 
@@ -398,12 +298,13 @@ mod tests {
     fn renders_exact_messages() {
         let chat = call(CHAT, "call_Vx3kQ9mT2pL8aR1s", "send_email", "{}", 0);
         let object = ToolResultContent {
-            output_json: r#"{"message_id": "m-42", "status": "sent"}"#.into(),
+            output_json: r#"{"message_id": "m-42", "status": "sent", "fee": 0.30000000000000004}"#
+                .into(),
             is_error: false,
         };
         assert_eq!(
             render_tool_result(&chat, &object).unwrap(),
-            r#"{"role":"tool","tool_call_id":"call_Vx3kQ9mT2pL8aR1s","content":"{\"message_id\":\"m-42\",\"status\":\"sent\"}"}"#
+            r#"{"role":"tool","tool_call_id":"call_Vx3kQ9mT2pL8aR1s","content":"{\"fee\":0.30000000000000004,\"message_id\":\"m-42\",\"status\":\"sent\"}"}"#
         );
         let string = ToolResultContent {
             output_json: r#""SMTP refused: mailbox \"sam\" full""#.into(),
@@ -413,16 +314,5 @@ mod tests {
             render_tool_result(&chat, &string).unwrap(),
             r#"{"role":"tool","tool_call_id":"call_Vx3kQ9mT2pL8aR1s","content":"SMTP refused: mailbox \"sam\" full"}"#
         );
-        let responses = call(RESPONSES, "call_9fKd2LmQ7wZx4TbN", "get_weather", "{}", 0);
-        let weather = ToolResultContent {
-            output_json: r#"{"temp_c": 21.5, "sky": "clear"}"#.into(),
-            is_error: false,
-        };
-        let first = render_tool_result(&responses, &weather).unwrap();
-        assert_eq!(
-            first,
-            r#"{"type":"function_call_output","call_id":"call_9fKd2LmQ7wZx4TbN","output":"{\"sky\":\"clear\",\"temp_c\":21.5}"}"#
-        );
-        assert_eq!(render_tool_result(&responses, &weather).unwrap(), first);
     }
 }

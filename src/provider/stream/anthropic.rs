@@ -1,0 +1,236 @@
+//! Anthropic Messages streams: content-block events.
+//!
+//! `message_start` carries the message (its `content` normally empty);
+//! `content_block_start` opens the block at `index` (a `tool_use` block
+//! starts with `input: {}`); `input_json_delta` events append
+//! `partial_json` pieces to a block's input text; `content_block_stop` closes
+//! the block, and a `tool_use` block's input becomes the parsed text (an
+//! empty text keeps the start's input). `message_delta` carries the
+//! `stop_reason`; `message_stop` ends the stream, an `error` event ends it
+//! unusable. Text, thinking, signature and citation deltas carry nothing
+//! this module reads. A delta of any other type on a `tool_use` block is
+//! refused, since it might change the call's input; other unknown events are
+//! ignored, as Anthropic asks of clients. A `tool_use` block that never got
+//! its `content_block_stop` is refused with `IncompleteCall`.
+
+use std::collections::BTreeMap;
+
+use super::super::error::ProviderError;
+use super::super::fields::{
+    as_object, index_path, json_reason, key_path, optional_array, optional_object, optional_str,
+    required_object, required_str, Object,
+};
+use super::super::json::Json;
+use super::{incomplete, index_field, Chunk};
+use crate::model::Provider;
+
+/// Delta types that never change a call.
+const TEXT_DELTAS: &[&str] = &[
+    "text_delta",
+    "thinking_delta",
+    "signature_delta",
+    "citations_delta",
+];
+
+/// One content block being assembled.
+struct Block {
+    block: Object,
+    /// The concatenated `partial_json` pieces.
+    input_text: String,
+    stopped: bool,
+}
+
+impl Block {
+    fn is_call(&self) -> bool {
+        self.block.get("type").and_then(Json::as_str) == Some("tool_use")
+    }
+}
+
+/// How the stream ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    Open,
+    Stopped,
+    Failed,
+}
+
+/// The state of one Messages stream.
+pub(super) struct AnthropicStream {
+    blocks: BTreeMap<usize, Block>,
+    stop_reason: Option<String>,
+    end: End,
+}
+
+impl Default for AnthropicStream {
+    fn default() -> Self {
+        AnthropicStream {
+            blocks: BTreeMap::new(),
+            stop_reason: None,
+            end: End::Open,
+        }
+    }
+}
+
+impl AnthropicStream {
+    /// Takes one event.
+    pub(super) fn push(&mut self, at: &Chunk, root: &Json) -> Result<(), ProviderError> {
+        let provider = at.provider;
+        let prefix = at.root();
+        let event = as_object(provider, root, &prefix)?;
+        let kind = required_str(provider, event, &prefix, "type")?;
+        if self.end != End::Open && kind != "ping" {
+            return Err(at.mismatch(&key_path(&prefix, "type"), "event after message_stop"));
+        }
+        match kind {
+            "message_start" => self.message_start(at, event, &prefix),
+            "content_block_start" => {
+                let index = index_field(provider, event, &prefix, "index")?;
+                let block = required_object(provider, event, &prefix, "content_block")?.clone();
+                if self.blocks.contains_key(&index) {
+                    return Err(at.mismatch(&key_path(&prefix, "index"), "a block started twice"));
+                }
+                self.blocks.insert(
+                    index,
+                    Block {
+                        block,
+                        input_text: String::new(),
+                        stopped: false,
+                    },
+                );
+                Ok(())
+            }
+            "content_block_delta" => self.delta(at, event, &prefix),
+            "content_block_stop" => self.stop(at, event, &prefix),
+            "message_delta" => {
+                if let Some(delta) = optional_object(provider, event, &prefix, "delta")? {
+                    let delta_path = key_path(&prefix, "delta");
+                    if let Some(reason) = optional_str(provider, delta, &delta_path, "stop_reason")?
+                    {
+                        self.stop_reason = Some(reason.to_owned());
+                    }
+                }
+                Ok(())
+            }
+            "message_stop" => {
+                self.end = End::Stopped;
+                Ok(())
+            }
+            "error" => {
+                self.end = End::Failed;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `message_start`: the message's `content` is normally empty; any
+    /// blocks it does hold are taken as finished.
+    fn message_start(
+        &mut self,
+        at: &Chunk,
+        event: &Object,
+        prefix: &str,
+    ) -> Result<(), ProviderError> {
+        let provider = at.provider;
+        let message_path = key_path(prefix, "message");
+        let message = required_object(provider, event, prefix, "message")?;
+        let Some(content) = optional_array(provider, message, &message_path, "content")? else {
+            return Ok(());
+        };
+        if !self.blocks.is_empty() && !content.is_empty() {
+            return Err(at.mismatch(&message_path, "a second message_start with content"));
+        }
+        let content_path = key_path(&message_path, "content");
+        for (index, block) in content.iter().enumerate() {
+            let block = as_object(provider, block, &index_path(&content_path, index))?;
+            self.blocks.insert(
+                index,
+                Block {
+                    block: block.clone(),
+                    input_text: String::new(),
+                    stopped: true,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// `content_block_delta`: appends `partial_json` to an open block.
+    fn delta(&mut self, at: &Chunk, event: &Object, prefix: &str) -> Result<(), ProviderError> {
+        let provider = at.provider;
+        let index = index_field(provider, event, prefix, "index")?;
+        let delta_path = key_path(prefix, "delta");
+        let delta = required_object(provider, event, prefix, "delta")?;
+        let delta_type = required_str(provider, delta, &delta_path, "type")?;
+        let Some(block) = self.blocks.get_mut(&index).filter(|block| !block.stopped) else {
+            return Err(at.mismatch(
+                &key_path(prefix, "index"),
+                "a delta for a block that is not open",
+            ));
+        };
+        if delta_type == "input_json_delta" {
+            let piece = required_str(provider, delta, &delta_path, "partial_json")?;
+            block.input_text.push_str(piece);
+        } else if block.is_call() && !TEXT_DELTAS.contains(&delta_type) {
+            return Err(at.mismatch(
+                &key_path(&delta_path, "type"),
+                "an unknown delta for a tool_use block",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `content_block_stop`: a `tool_use` block's input becomes its parsed
+    /// text.
+    fn stop(&mut self, at: &Chunk, event: &Object, prefix: &str) -> Result<(), ProviderError> {
+        let provider = at.provider;
+        let index = index_field(provider, event, prefix, "index")?;
+        let Some(block) = self.blocks.get_mut(&index).filter(|block| !block.stopped) else {
+            return Err(at.mismatch(
+                &key_path(prefix, "index"),
+                "a stop for a block that is not open",
+            ));
+        };
+        block.stopped = true;
+        if block.is_call() && !block.input_text.is_empty() {
+            let input = super::super::strict::parse(&block.input_text).map_err(|err| {
+                ProviderError::ArgumentsNotJson {
+                    provider,
+                    field: key_path(&index_path("content", index), "input"),
+                    reason: json_reason(&err),
+                }
+            })?;
+            block.block.set("input", input);
+        }
+        Ok(())
+    }
+
+    /// True once `message_stop` arrived.
+    pub(super) fn is_complete(&self) -> bool {
+        self.end == End::Stopped
+    }
+
+    /// The message a non-streamed request would have returned.
+    pub(super) fn into_document(self, provider: Provider) -> Result<Json, ProviderError> {
+        match self.end {
+            End::Open => return Err(incomplete(provider, "no message_stop event")),
+            End::Failed => return Err(incomplete(provider, "the provider reported an error")),
+            End::Stopped => {}
+        }
+        let mut content = Vec::with_capacity(self.blocks.len());
+        for (position, block) in self.blocks.into_values().enumerate() {
+            if block.is_call() && !block.stopped {
+                return Err(ProviderError::IncompleteCall {
+                    provider,
+                    field: index_path("content", position),
+                });
+            }
+            content.push(Json::from(block.block));
+        }
+        let mut message = vec![("content", Json::Array(content))];
+        if let Some(reason) = self.stop_reason {
+            message.push(("stop_reason", Json::String(reason)));
+        }
+        Ok(Json::object(message))
+    }
+}
