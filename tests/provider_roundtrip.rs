@@ -264,7 +264,6 @@ async fn openai_responses_programs_and_namespaces() {
 /// the tool its canonical form); the provider side is covered by
 /// `tests/provider_numbers.rs`.
 #[tokio::test]
-#[ignore = "needs the exact-digit canonicaliser of the ledger core rewrite"]
 async fn anthropic_numbers_reach_the_tool() {
     let (exec, _) = executor();
     let op = OperationId::new("op_numbers").unwrap();
