@@ -20,7 +20,7 @@ use toolledger::executor::{
     ToolError, ToolHandler, ToolRequest,
 };
 use toolledger::ledger::{Error as LedgerError, Ledger, LedgerConfig};
-use toolledger::model::{ExecutionStatus, OperationId, ToolCall};
+use toolledger::model::{ExecutionId, ExecutionStatus, OperationId, ToolCall};
 use toolledger::store::Error as StoreError;
 
 // ---------------------------------------------------------------------------
@@ -738,4 +738,91 @@ fn a_database_corrupted_inside_gives_typed_errors_and_never_runs_a_tool() {
         corrupt,
         "the file is untouched"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Suspension on a full disk
+// ---------------------------------------------------------------------------
+
+/// The inodes this process holds a file lock on (POSIX or flock), from
+/// /proc/locks.
+fn locked_inodes() -> Vec<u64> {
+    let me = std::process::id().to_string();
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // "1: POSIX ADVISORY WRITE <pid> <maj:min:inode> <start> <end>"
+            let pid = fields.get(4)?;
+            (*pid == me).then_some(())?;
+            fields.get(5)?.rsplit(':').next()?.parse().ok()
+        })
+        .collect()
+}
+
+fn inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+#[test]
+fn suspend_on_a_full_disk_still_releases_every_file_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(mount) = mount_tmpfs(tmp.path(), "2m") else {
+        return;
+    };
+    let dir = mount.0.clone();
+    let path = dir.join("ledger.db");
+    let tool = Counting::new();
+    let exec = executor(
+        Ledger::open(&path, config(Duration::from_secs(1))).unwrap(),
+        &tool,
+    );
+    // Enough committed calls that the checkpoint must grow the main file.
+    for n in 0..40 {
+        completed(&execute(&exec, n).unwrap());
+    }
+    let ledger = exec.ledger().clone();
+    let files: Vec<u64> = [
+        path.clone(),
+        dir.join("ledger.db-wal"),
+        dir.join("ledger.db-shm"),
+    ]
+    .iter()
+    .filter_map(|p| inode(p))
+    .chain(
+        std::fs::read_dir(dir.join("ledger.db-sessions"))
+            .unwrap()
+            .filter_map(|e| inode(&e.unwrap().path())),
+    )
+    .collect();
+    assert!(
+        locked_inodes().iter().any(|i| files.contains(i)),
+        "an open ledger holds locks"
+    );
+    let filler = fill(&dir);
+    let suspended = ledger.suspend();
+    assert!(
+        matches!(suspended, Err(LedgerError::Store(StoreError::DiskFull))),
+        "{suspended:?}"
+    );
+    // However the checkpoint went, not one lock is left on any of the
+    // ledger's files (iOS would kill a suspended app holding one).
+    let held: Vec<u64> = locked_inodes()
+        .into_iter()
+        .filter(|i| files.contains(i))
+        .collect();
+    assert!(
+        held.is_empty(),
+        "locks left after suspend ({suspended:?}): {held:?}"
+    );
+    assert!(matches!(
+        ledger.get(&ExecutionId::parse("x").unwrap()),
+        Err(LedgerError::Store(StoreError::Suspended))
+    ));
+    // Space back: resume, and every committed record is there.
+    std::fs::remove_file(filler).unwrap();
+    ledger.resume().unwrap();
+    assert_eq!(committed(&ledger).len(), 40);
 }

@@ -165,7 +165,7 @@ impl From<store::Error> for LedgerError {
                 StorageKind::IncompatibleVersion
             }
             S::ReadOnly => StorageKind::ReadOnly,
-            S::CannotOpen => StorageKind::CannotOpen,
+            S::CannotOpen | S::MultipleLinks { .. } => StorageKind::CannotOpen,
             S::DatabaseReplaced => StorageKind::DatabaseReplaced,
             S::ForeignConnection => StorageKind::ForeignConnection,
             S::InvalidData(_) | S::Guard(_) | S::Sqlite(_) => StorageKind::Other,

@@ -58,6 +58,14 @@ pub enum Error {
     /// The store was closed by `suspend()` and not reopened.
     #[error("the store is suspended; call resume() first")]
     Suspended,
+    /// The database file has more than one hard link. SQLite names the WAL
+    /// after the path, so two names of one file would each get a WAL of
+    /// their own and lose each other's commits: the file is not opened.
+    #[error("the database file has {links} hard links; open it by one name only")]
+    MultipleLinks {
+        /// The file's link count.
+        links: u64,
+    },
     /// Reopening found a different database at the ledger's path (the file
     /// was replaced while the ledger was suspended). Nothing was written.
     #[error("the file at the ledger's path is no longer the database this ledger opened")]

@@ -119,6 +119,22 @@ fn wal_path(db: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Refuses a database file with more than one hard link (see
+/// [`Error::MultipleLinks`]). A missing file is fine (it is created).
+#[cfg(unix)]
+fn refuse_hard_links(path: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.nlink() > 1 => Err(Error::MultipleLinks { links: m.nlink() }),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(not(unix))]
+fn refuse_hard_links(_path: &Path) -> Result<()> {
+    Ok(())
+}
+
 /// Resolves a database path once: absolute, symlinks resolved (of the file
 /// when it exists, else of its directory), so every later use — the
 /// sessions directory, a reconnect after `chdir` — names the same file.
@@ -156,6 +172,7 @@ impl Store {
     /// [`Error::CannotOpen`], [`Error::ReadOnly`], [`Error::Busy`].
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
         let resolved = resolve_path(path)?;
+        refuse_hard_links(&resolved)?;
         let location = Location::File(resolved.clone());
         let conn =
             connect(&location, &options, true).map_err(|e| refine_cannot_open(e, &resolved))?;
@@ -289,6 +306,9 @@ impl Store {
     /// A new connection to the same file: never creates it, and checks that
     /// it is still the ledger opened first.
     fn reconnect(&self) -> Result<Open> {
+        if let Location::File(path) = &self.location {
+            refuse_hard_links(path)?;
+        }
         let conn = connect(&self.location, &self.options, false)?;
         let wal = match &self.location {
             Location::File(path) => {

@@ -76,6 +76,10 @@ pub struct Behaviour {
     pub rendezvous: usize,
     /// Each request is held this long (service latency) before it is handled.
     pub latency: Duration,
+    /// Each POST is held this long before it is applied, while lookups are
+    /// answered at once: a slow server that applies a request after the
+    /// client gave up waiting for it.
+    pub post_delay: Duration,
 }
 
 /// One committed side effect.
@@ -272,7 +276,10 @@ fn serve(shared: &Shared, mut stream: TcpStream) {
     shared.changed.notify_all();
     let rendezvous = st.behaviour.rendezvous;
     st = shared.wait_until(st, RENDEZVOUS_MAX, |s| s.in_flight >= rendezvous);
-    let latency = st.behaviour.latency;
+    let mut latency = st.behaviour.latency;
+    if req.method == "POST" {
+        latency += st.behaviour.post_delay;
+    }
     if !latency.is_zero() {
         st = shared.wait_until(st, latency, |_| false);
     }
