@@ -60,6 +60,9 @@ pub(super) async fn perform_items(
         .collect();
     let mut unknown_state = reconcile;
     let mut first_checked = false;
+    // Set while the uncertain item is resent under its key without proof
+    // that its earlier request cannot land any more.
+    let mut earlier_unknown = None;
     for (index, item_json) in (0u32..).zip(items.iter()) {
         if done.contains(&index) {
             continue;
@@ -94,11 +97,25 @@ pub(super) async fn perform_items(
                         continue;
                     }
                     Settled::Absent => {}
+                    Settled::Resendable if exec.operation_cancelled(&id)? => {
+                        // Nothing proves the item absent and nothing may be
+                        // sent after a stop: the app must settle it.
+                        return Ok(Step::Done(unknown(
+                            &ticket.attempt_id(),
+                            "batch item outcome unknown after the operation was cancelled",
+                        )));
+                    }
+                    Settled::Resendable => {
+                        earlier_unknown = exec
+                            .landing_wait(desc, &ticket)
+                            .and(ticket.unknown_since.clone());
+                    }
                     Settled::Stop(step) => return Ok(step),
                 }
             }
             // More items must run: a new attempt under the same item keys,
-            // unless the operation was cancelled (then the batch ends here).
+            // unless the operation was cancelled (then the batch ends here:
+            // the uncertain item was proven absent above).
             if exec.operation_cancelled(&id)? {
                 return end_batch(exec, &ticket, &done, "operation cancelled", true);
             }
@@ -123,6 +140,8 @@ pub(super) async fn perform_items(
             attempt: ticket.attempt,
             ..request
         };
+        // Only the item that was uncertain is resent in doubt.
+        ticket.earlier_unknown = earlier_unknown.take();
         crashpoint::hit(CrashPoint::BeforeRequest);
         match exec.perform_guarded(tool, &desc.name, request).await {
             PerformOutcome::Committed {
@@ -145,6 +164,27 @@ pub(super) async fn perform_items(
                     reason: "a batch item started a background job".into(),
                 };
                 return exec.after_perform(desc, ticket, outcome).await;
+            }
+            PerformOutcome::FailedBeforeCommit { .. }
+                if exec.earlier_may_land(desc, &ticket).is_some() =>
+            {
+                // The resend of the uncertain item was refused while its
+                // earlier request may still land: still unknown.
+                let wait = exec.earlier_may_land(desc, &ticket);
+                let reason = format!(
+                    "batch item {index}: resend refused while its earlier request may still land"
+                );
+                let marked = ledger
+                    .mark_outcome_unknown(&ticket.attempt_id(), &reason)
+                    .map(|_| {
+                        Step::Done(CallOutcome::Unknown {
+                            execution_id: id.clone(),
+                            attempt: ticket.attempt,
+                            reason,
+                            retry_after: wait,
+                        })
+                    });
+                return exec.or_current(&id, marked);
             }
             PerformOutcome::FailedBeforeCommit { reason, retryable } if !done.is_empty() => {
                 // Items committed already: retry this item while attempts
@@ -176,8 +216,10 @@ pub(super) async fn perform_items(
 enum Settled {
     /// It committed: its result and external id.
     Found(String, Option<String>),
-    /// Provably absent (or resendable under its key).
+    /// Provably absent (a lookup past the landing window).
     Absent,
+    /// Not proven absent, but a resend under its own key is safe.
+    Resendable,
     /// Nothing more can be done now.
     Stop(Step),
 }
@@ -204,7 +246,7 @@ async fn settle_uncertain_item(
                 exec.metrics_sink().reconciled(false);
                 match exec.landing_wait(desc, ticket) {
                     // A same-key resend to a deduping downstream is safe.
-                    Some(_) if desc.idempotency_key => Settled::Absent,
+                    Some(_) if desc.idempotency_key => Settled::Resendable,
                     Some(wait) => Settled::Stop(Step::Done(CallOutcome::Unknown {
                         execution_id: attempt.execution_id.clone(),
                         attempt: attempt.attempt,
@@ -216,7 +258,7 @@ async fn settle_uncertain_item(
                     None => Settled::Absent,
                 }
             }
-            Ok(LookupOutcome::Unsupported) if desc.idempotency_key => Settled::Absent,
+            Ok(LookupOutcome::Unsupported) if desc.idempotency_key => Settled::Resendable,
             Ok(LookupOutcome::Unsupported) => Settled::Stop(Step::Done(unknown(
                 &attempt,
                 "batch item outcome unknown and cannot be looked up",
@@ -231,7 +273,7 @@ async fn settle_uncertain_item(
         });
     }
     if desc.idempotency_key {
-        return Ok(Settled::Absent);
+        return Ok(Settled::Resendable);
     }
     Ok(Settled::Stop(Step::Done(unknown(
         &attempt,

@@ -173,6 +173,23 @@ impl Executor {
                     })
                 })
             }
+            PerformOutcome::FailedBeforeCommit { reason, .. }
+                if self.earlier_may_land(desc, &ticket).is_some() =>
+            {
+                // This resend was refused, but the earlier request may still
+                // land: nothing is proven, the outcome stays unknown.
+                let wait = self.earlier_may_land(desc, &ticket);
+                let reason =
+                    format!("resend refused ({reason}); the earlier request may still land");
+                ledger.mark_outcome_unknown(&attempt, &reason).map(|_| {
+                    Step::Done(CallOutcome::Unknown {
+                        execution_id: id.clone(),
+                        attempt: attempt.attempt,
+                        reason,
+                        retry_after: wait,
+                    })
+                })
+            }
             PerformOutcome::FailedBeforeCommit { reason, retryable } => {
                 match ledger.fail_before_commit(&attempt, &reason, retryable) {
                     Ok(()) if retryable && ticket.attempt < self.config().max_attempts => {
@@ -268,6 +285,19 @@ impl Executor {
         ))
     }
 
+    /// For an attempt resent under its key while an earlier request may
+    /// still land: how long that remains so. `None` otherwise.
+    pub(super) fn earlier_may_land(
+        &self,
+        desc: &ToolDescriptor,
+        ticket: &Ticket,
+    ) -> Option<Duration> {
+        let earlier = ticket.earlier_unknown.as_ref()?;
+        let window = i64::try_from(desc.landing_window.as_millis()).unwrap_or(i64::MAX);
+        let left = window.saturating_sub(self.ledger().clock().monotonic().since(earlier));
+        (left > 0).then(|| Duration::from_millis(u64::try_from(left).unwrap_or(0)))
+    }
+
     /// How long until a lookup's "not found" for `ticket` counts as absent:
     /// a request sent before the outcome became unknown may land until the
     /// tool's landing window has passed. `None` once it has.
@@ -307,12 +337,24 @@ impl Executor {
         // settle the outcome (found → committed; not found → cancelled).
         let cancelled = self.operation_cancelled(&id)?;
         let attempts_left = !cancelled && ticket.attempt < self.config().max_attempts;
+        // A resend under the same key that nothing proved safe from a late
+        // landing of the earlier request: the new attempt carries when that
+        // request's outcome became unknown (see `after_perform`).
+        let earlier = self
+            .landing_wait(desc, &ticket)
+            .and(ticket.unknown_since.clone());
         let resend = |this: &Executor| {
             this.or_current(
                 &id,
                 ledger
                     .resolve_unknown(&attempt, Resolution::NotFoundRetry)
-                    .map(|r| this.after_resolution(&attempt, r)),
+                    .map(|r| match this.after_resolution(&attempt, r) {
+                        Step::Perform(mut t) => {
+                            t.earlier_unknown = earlier.clone();
+                            Step::Perform(t)
+                        }
+                        other => other,
+                    }),
             )
         };
         if desc.lookup {

@@ -82,6 +82,12 @@ pub struct Ticket {
     /// unknown; a lookup's "not found" counts once the tool's landing window
     /// has passed since then.
     pub unknown_since: Option<Monotonic>,
+    /// For an attempt sent again under the same key without proof that the
+    /// earlier one is absent: when that earlier attempt's outcome became
+    /// unknown. Until the landing window has passed since then, a refusal
+    /// of this attempt proves nothing about the earlier request (it may
+    /// still land), so the outcome stays unknown. Set by the executor.
+    pub earlier_unknown: Option<Monotonic>,
 }
 
 impl std::fmt::Debug for Ticket {
@@ -110,6 +116,7 @@ impl Ticket {
             args_digest: rec.args_digest.clone(),
             external_id: rec.external_id.clone(),
             unknown_since: rec.unknown_since.clone(),
+            earlier_unknown: None,
         }
     }
 }

@@ -305,6 +305,7 @@ impl Ledger {
                 args_digest: p.args.digest.clone(),
                 external_id: None,
                 unknown_since: None,
+                earlier_unknown: None,
             }))
         } else {
             Ok(Begin::NeedsApproval(ApprovalRequest {

@@ -427,6 +427,9 @@ impl Ledger {
     /// The errors of opening and of `recover`; `DatabaseReplaced` when
     /// another database is at the path now.
     pub fn resume(&self) -> Result<Vec<ExecutionRecord>> {
+        if self.abandoned.load(Ordering::Relaxed) {
+            return Err(crate::store::Error::Suspended.into());
+        }
         self.sessions
             .acquire()
             .map_err(|e| Error::Session(e.kind().to_string()))?;
@@ -469,12 +472,15 @@ impl Ledger {
         self.read(|dao| Ok(dao.stats()?))
     }
 
-    /// Drops this ledger the way a killed process would: the session lock is
+    /// Ends this ledger the way a killed process would: the database is
+    /// closed without a checkpoint or any further write, the session lock is
     /// released but its file and row stay, and queued delivery marks are
-    /// lost. For crash simulations and tests; an app never needs it.
+    /// lost; every later call fails with `Suspended`. For crash simulations
+    /// and tests (several "processes" in one); an app never needs it.
     #[doc(hidden)]
-    pub fn abandon(self) {
+    pub fn abandon(&self) {
         self.abandoned.store(true, Ordering::Relaxed);
+        self.store.kill();
         self.sessions.release();
     }
 

@@ -367,6 +367,16 @@ impl Store {
         checkpoint.and(closed)
     }
 
+    /// Closes the connection at once, with no checkpoint, as a killed
+    /// process would (crash simulations). Later calls fail with
+    /// [`Error::Suspended`].
+    #[doc(hidden)]
+    pub fn kill(&self) {
+        if let Ok(mut guard) = self.lock() {
+            drop(guard.take());
+        }
+    }
+
     /// Reopens after [`Store::suspend`]; a no-op when open. Never creates
     /// the file, and refuses a different database found at the path.
     ///

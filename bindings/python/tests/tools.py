@@ -46,28 +46,48 @@ class Downstream:
 class SendEmail(tl.ToolHandler):
     """A side-effecting tool, as an app would write it: async perform."""
 
-    def __init__(self, downstream, *, lookup=True, requires_approval=False, fail_with=None):
+    def __init__(
+        self,
+        downstream,
+        *,
+        lookup=True,
+        requires_approval=False,
+        fail_with=None,
+        fail_times=None,
+        landing_window_ms=None,
+        name="send_email",
+    ):
+        """`fail_with` is raised by `perform` before any effect, on every
+        call or only on the first `fail_times` calls. `landing_window_ms`
+        None keeps the descriptor's default (120000)."""
         self.downstream = downstream
         self.calls = 0
         self.lookups = 0
         self.can_lookup = lookup
         self.requires_approval = requires_approval
         self.fail_with = fail_with
+        self.fail_times = fail_times
+        self.landing_window_ms = landing_window_ms
+        self.name = name
 
     def descriptor(self):
+        extra = {}
+        if self.landing_window_ms is not None:
+            extra["landing_window_ms"] = self.landing_window_ms
         return tl.ToolDescriptor(
-            name="send_email",
+            name=self.name,
             version=1,
             effect=tl.EffectClass.SIDE_EFFECT,
             batch=tl.BatchMode.ATOMIC,
             lookup=self.can_lookup,
             requires_approval=self.requires_approval,
+            **extra,
         )
 
     async def perform(self, request):
         self.calls += 1
         await asyncio.sleep(0)  # a real await on the app's loop
-        if self.fail_with is not None:
+        if self.fail_with is not None and (self.fail_times is None or self.calls <= self.fail_times):
             raise self.fail_with
         msg_id = self.downstream.perform(request.downstream_key, request.arguments_json)
         return tl.PerformOutcome.COMMITTED(

@@ -27,39 +27,55 @@ public final class SendEmail: ToolHandler {
     public let calls = Counter()
     /// How many times `lookup` ran.
     public let lookups = Counter()
+    private let name: String
     private let canLookup: Bool
     private let requiresApproval: Bool
     private let failure: (any Error)?
+    private let failTimes: Int?
+    private let landingWindowMs: UInt64?
     private let afterEffect: @Sendable () async -> Void
 
     /// - Parameters:
-    ///   - failure: thrown by `perform` instead of performing the effect.
+    ///   - name: the tool's name (`send_email`; a second instance under
+    ///     another name plays a compensating tool).
+    ///   - failure: thrown by `perform` instead of performing the effect: on
+    ///     every call, or only on the first `failTimes` calls.
+    ///   - landingWindowMs: the descriptor's landing window; nil keeps the
+    ///     default (120000).
     ///   - afterEffect: awaited after the effect, before `perform` returns
     ///     (the crash child signals its parent and hangs here).
     public init(
         downstream: Downstream,
+        name: String = "send_email",
         lookup: Bool = true,
         requiresApproval: Bool = false,
         failure: (any Error)? = nil,
+        failTimes: Int? = nil,
+        landingWindowMs: UInt64? = nil,
         afterEffect: @escaping @Sendable () async -> Void = {}
     ) {
         self.downstream = downstream
+        self.name = name
         self.canLookup = lookup
         self.requiresApproval = requiresApproval
         self.failure = failure
+        self.failTimes = failTimes
+        self.landingWindowMs = landingWindowMs
         self.afterEffect = afterEffect
     }
 
     public func descriptor() throws -> ToolDescriptor {
-        ToolDescriptor(
-            name: "send_email", version: 1, effect: .sideEffect, batch: .atomic,
+        var descriptor = ToolDescriptor(
+            name: name, version: 1, effect: .sideEffect, batch: .atomic,
             lookup: canLookup, requiresApproval: requiresApproval)
+        if let landingWindowMs { descriptor.landingWindowMs = landingWindowMs }
+        return descriptor
     }
 
     public func perform(request: ToolRequest) async throws -> PerformOutcome {
-        await calls.increment()
+        let n = await calls.increment()
         await Task.yield()  // a real suspension point on the app's side
-        if let failure { throw failure }
+        if let failure, n <= (failTimes ?? Int.max) { throw failure }
         let id = try downstream.perform(key: request.downstreamKey)
         await afterEffect()
         return .committed(resultJson: sentJSON(id), externalId: id)

@@ -37,10 +37,13 @@ final class CrashRecoveryTests: XCTestCase {
         // and the tool never performs again.
         let tool = SendEmail(downstream: downstream)
         let executor = try executor(ledger, [tool])
-        let outcomes = try await executor.recover()
+        let recovery = try await executor.recover()
+        XCTAssertEqual(recovery.failed, [])
+        let outcomes = recovery.outcomes
         XCTAssertEqual(outcomes.count, 1)
         let reconciled = try completed(XCTUnwrap(outcomes.first))
         XCTAssertEqual(reconciled.executionId, executionId)
+        XCTAssertFalse(reconciled.replayed)
         XCTAssertEqual(reconciled.externalId, "msg_1")
         let (lookups, calls) = (await tool.lookups.value, await tool.calls.value)
         XCTAssertEqual(lookups, 1)

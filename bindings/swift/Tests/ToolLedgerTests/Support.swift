@@ -45,18 +45,56 @@ struct Completed {
     let resultJson: String
     let externalId: String?
     let replayed: Bool
+    let partial: Bool
 }
 
 func completed(
     _ outcome: CallOutcome, file: StaticString = #filePath, line: UInt = #line
 ) throws -> Completed {
-    guard case let .completed(executionId, resultJson, externalId, replayed) = outcome else {
+    guard case let .completed(executionId, resultJson, externalId, replayed, partial) = outcome else {
         XCTFail("expected .completed, got \(outcome)", file: file, line: line)
         throw UnexpectedOutcome()
     }
     return Completed(
         executionId: executionId, resultJson: resultJson, externalId: externalId,
-        replayed: replayed)
+        replayed: replayed, partial: partial)
+}
+
+/// The fields of `CallOutcome.unknown`.
+struct Unknown {
+    let executionId: String
+    let attempt: UInt32
+    let reason: String
+    let retryAfterMs: UInt64?
+}
+
+func unknown(
+    _ outcome: CallOutcome, file: StaticString = #filePath, line: UInt = #line
+) throws -> Unknown {
+    guard case let .unknown(executionId, attempt, reason, retryAfterMs) = outcome else {
+        XCTFail("expected .unknown, got \(outcome)", file: file, line: line)
+        throw UnexpectedOutcome()
+    }
+    return Unknown(executionId: executionId, attempt: attempt, reason: reason, retryAfterMs: retryAfterMs)
+}
+
+/// The ticket of `Begin.execute`.
+func executeTicket(
+    _ begin: Begin, file: StaticString = #filePath, line: UInt = #line
+) throws -> Ticket {
+    guard case let .execute(ticket) = begin else {
+        XCTFail("expected .execute, got \(begin)", file: file, line: line)
+        throw UnexpectedOutcome()
+    }
+    return ticket
+}
+
+/// A ticket the ledger never handed out (for error paths).
+func madeUpTicket(_ executionId: String, attempt: UInt32 = 1) -> Ticket {
+    Ticket(
+        executionId: executionId, downstreamKey: "tl_" + String(repeating: "0", count: 32),
+        attempt: attempt, toolName: "send_email", toolVersion: 1, argsJson: "{}",
+        argsDigest: String(repeating: "0", count: 64), externalId: nil)
 }
 
 struct UnexpectedOutcome: Error {}

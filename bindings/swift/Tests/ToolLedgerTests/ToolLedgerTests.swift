@@ -172,12 +172,13 @@ final class ToolLedgerTests: XCTestCase {
         let tool = SendEmail(downstream: downstream, lookup: false, failure: failure)
         let executor = try executor(ledger, [tool])
 
-        let out = try await executor.execute(operationId: "op_1", round: 0, call: emailCall())
+        let out = try unknown(await executor.execute(operationId: "op_1", round: 0, call: emailCall()))
+        let executionId = out.executionId
 
-        guard case let .unknown(executionId, reason) = out else {
-            return XCTFail("expected .unknown, got \(out)")
-        }
-        XCTAssertFalse(reason.contains("bob@example.com"), reason)  // foreign text may hold user data
+        XCTAssertFalse(out.reason.contains("bob@example.com"), out.reason)  // foreign text may hold user data
+        // No lookup and no idempotency key: nothing settles it by waiting.
+        XCTAssertEqual(out.attempt, 1)
+        XCTAssertNil(out.retryAfterMs)
         let calls = await tool.calls.value
         XCTAssertEqual(calls, 1)
         XCTAssertEqual(try ledger.get(executionId: executionId)?.status, .outcomeUnknown)
@@ -185,8 +186,10 @@ final class ToolLedgerTests: XCTestCase {
 
         // The app settles it; every later run replays what it settled.
         let settled = try completed(await executor.resolveUnknown(
-            executionId: executionId, resolution: .found(resultJson: #"{"sent":true}"#, externalId: nil)))
+            executionId: executionId, attempt: out.attempt,
+            resolution: .found(resultJson: #"{"sent":true}"#, externalId: nil)))
         XCTAssertEqual(settled.resultJson, #"{"sent":true}"#)
+        XCTAssertFalse(settled.partial)
         let again = try completed(await executor.execute(operationId: "op_1", round: 0, call: emailCall()))
         XCTAssertTrue(again.replayed)
         let callsAfter = await tool.calls.value
@@ -250,11 +253,22 @@ final class ToolLedgerTests: XCTestCase {
                 }
             }
         }
-        XCTAssertThrowsError(try ledger.commit(executionId: "op_1:round_0:nope:send_email:v1", resultJson: "{}", externalId: nil)) { error in
+        XCTAssertThrowsError(try ledger.commit(ticket: madeUpTicket("op_1:round_0:nope:send_email:v1"), resultJson: "{}", externalId: nil)) { error in
             guard case let .NotFound(executionId) = error as? LedgerError else {
                 return XCTFail("expected LedgerError.NotFound, got \(error)")
             }
             XCTAssertEqual(executionId, "op_1:round_0:nope:send_email:v1")
+        }
+        // A ticket's ids are validated on the way in like any other.
+        XCTAssertThrowsError(try ledger.commit(ticket: madeUpTicket(""), resultJson: "{}", externalId: nil)) { error in
+            guard case .InvalidInput = error as? LedgerError else {
+                return XCTFail("expected LedgerError.InvalidInput, got \(error)")
+            }
+        }
+        XCTAssertThrowsError(try ledger.owns(ticket: madeUpTicket("op_1:round_0:\u{0}:send_email:v1"))) { error in
+            guard case .InvalidInput = error as? LedgerError else {
+                return XCTFail("expected LedgerError.InvalidInput, got \(error)")
+            }
         }
     }
 
@@ -335,8 +349,9 @@ final class ToolLedgerTests: XCTestCase {
     /// iOS may suspend the app while a tool call is in flight. The effect
     /// happened downstream but cannot be committed to a suspended ledger: the
     /// call throws `Suspended`, and nothing after `resume()` runs it again.
-    /// (Today it answers `.inFlight` until its lease lapses, then reconciles
-    /// through `lookup`; apps should let calls finish before suspending.)
+    /// (Nobody in this process drives that attempt any more, so the
+    /// executor's `recover()` after `resume()` takes it over and reconciles it
+    /// through `lookup`; apps should still let calls finish before suspending.)
     func testSuspendingWhileACallIsInFlightNeverRunsItTwice() async throws {
         let (ledger, _, downstream) = try fixture()
         let (started, release) = (Gate(), Gate())
@@ -357,13 +372,19 @@ final class ToolLedgerTests: XCTestCase {
 
         _ = try ledger.resume()
         let recovered = try await executor.recover()
-        let again = try await executor.execute(operationId: "op_1", round: 0, call: emailCall())
-        for outcome in recovered + [again] {
-            switch outcome {
-            case .inFlight, .completed: break
-            default: XCTFail("unexpected outcome \(outcome)")
-            }
-        }
+        XCTAssertEqual(recovered.failed, [])
+        // This session still owns the attempt (it is alive), but nobody drives
+        // it any more: recover() reconciles it now instead of answering
+        // `.inFlight` for as long as the app lives.
+        XCTAssertEqual(recovered.outcomes.count, 1)
+        let reconciled = try completed(XCTUnwrap(recovered.outcomes.first))
+        XCTAssertFalse(reconciled.replayed)
+        XCTAssertEqual(reconciled.externalId, "msg_1")
+        let lookups = await tool.lookups.value
+        XCTAssertEqual(lookups, 1)
+        let again = try completed(await executor.execute(operationId: "op_1", round: 0, call: emailCall()))
+        XCTAssertTrue(again.replayed)
+        XCTAssertEqual(again.resultJson, reconciled.resultJson)
         let calls = await tool.calls.value
         XCTAssertEqual(calls, 1)
         XCTAssertEqual(try downstream.count(), 1)
@@ -389,7 +410,7 @@ final class ToolLedgerTests: XCTestCase {
         var fresh = 0
         for outcome in outcomes {
             switch outcome {
-            case let .completed(_, resultJson, _, replayed):
+            case let .completed(_, resultJson, _, replayed, _):
                 XCTAssertEqual(try object(resultJson), ["sent": true, "id": "msg_1"])
                 if !replayed { fresh += 1 }
             case .inFlight:
@@ -418,9 +439,14 @@ final class ToolLedgerTests: XCTestCase {
         XCTAssertEqual(ticket.attempt, 1)
         XCTAssertTrue(ticket.downstreamKey.hasPrefix("tl_"), ticket.downstreamKey)
 
-        let stored = try ledger.commit(executionId: ticket.executionId, resultJson: #"{"sent":true}"#, externalId: "msg_9")
+        XCTAssertEqual(ticket.argsJson, emailCall().arguments)  // as the model sent them
+        XCTAssertTrue(try ledger.owns(ticket: ticket))
+
+        let stored = try ledger.commit(ticket: ticket, resultJson: #"{"sent":true}"#, externalId: "msg_9")
         XCTAssertEqual(stored.resultJson, #"{"sent":true}"#)
-        XCTAssertThrowsError(try ledger.commit(executionId: ticket.executionId, resultJson: #"{"sent":false}"#, externalId: nil)) { error in
+        XCTAssertFalse(stored.partial)
+        XCTAssertFalse(try ledger.owns(ticket: ticket), "committed: no longer running")
+        XCTAssertThrowsError(try ledger.commit(ticket: ticket, resultJson: #"{"sent":false}"#, externalId: nil)) { error in
             guard case .AlreadyCommitted = error as? LedgerError else {
                 return XCTFail("expected LedgerError.AlreadyCommitted, got \(error)")
             }

@@ -12,6 +12,7 @@ import java.util.concurrent.LinkedBlockingQueue
 import java.util.concurrent.TimeUnit
 import kotlin.concurrent.thread
 import kotlin.test.assertEquals
+import kotlin.test.assertFalse
 import kotlin.test.assertIs
 import kotlin.test.assertTrue
 import kotlin.test.fail
@@ -96,9 +97,12 @@ val crashRecoveryTests = listOf(
         // downstream, so committed; the tool never performs again.
         val tool = SendEmail(downstream)
         val executor = executorWith(ledger, tool)
-        val outcomes = executor.recover()
+        val recovery = executor.recover()
+        assertEquals(emptyList(), recovery.failed)
+        val outcomes = recovery.outcomes
         val done = assertIs<CallOutcome.Completed>(outcomes.singleOrNull() ?: fail("recover: $outcomes"))
         assertEquals(executionId, done.executionId)
+        assertFalse(done.replayed)
         assertEquals("msg_1", done.externalId)
         assertEquals(1, tool.lookups.get())
         assertEquals(0, tool.calls.get())

@@ -17,6 +17,7 @@ import dev.toolledger.ToolCallException
 import dev.toolledger.ToolExecutor
 import dev.toolledger.ToolHandler
 import dev.toolledger.ToolRequest
+import dev.toolledger.Ticket
 import dev.toolledger.Begin
 import java.nio.file.Files
 import kotlin.test.assertContentEquals
@@ -43,6 +44,18 @@ fun TestContext.executorWith(
     tools.forEach { executor.register(it) }
     return executor
 }
+
+/** A ticket the ledger never handed out (for error paths). */
+fun madeUpTicket(executionId: String, attempt: UInt = 1u) = Ticket(
+    executionId = executionId,
+    downstreamKey = "tl_" + "0".repeat(32),
+    attempt = attempt,
+    toolName = "send_email",
+    toolVersion = 1u,
+    argsJson = "{}",
+    argsDigest = "0".repeat(64),
+    externalId = null,
+)
 
 val scenarioTests = listOf(
     // --- the happy path and replay ---------------------------------------
@@ -189,14 +202,18 @@ val scenarioTests = listOf(
 
             assertIs<CallOutcome.Unknown>(out, "for ${thrown::class.simpleName}")
             assertFalse(out.reason.contains("a@example.com"), "foreign text may hold user data")
+            // No lookup and no idempotency key: nothing settles it by waiting.
+            assertEquals(1u, out.attempt)
+            assertEquals(null, out.retryAfterMs)
             assertEquals(1, tool.calls.get())
             assertEquals(ExecutionStatus.OUTCOME_UNKNOWN, ledger.get(out.executionId)!!.status)
             assertEquals(1uL, executor.metrics().outcomeUnknown)
 
             // The app settles it; the stored result is what every retry sees.
-            val settled = executor.resolveUnknown(out.executionId, Resolution.Found("""{"sent":true}""", null))
+            val settled = executor.resolveUnknown(out.executionId, out.attempt, Resolution.Found("""{"sent":true}""", null))
             assertIs<CallOutcome.Completed>(settled)
             assertEquals("""{"sent":true}""", settled.resultJson)
+            assertFalse(settled.partial)
             val again = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0u, emailCall()))
             assertTrue(again.replayed)
             assertEquals(1, tool.calls.get())
@@ -265,8 +282,11 @@ val scenarioTests = listOf(
         assertFailsWith<LedgerException.InvalidInput> { ledger.get("op_1:round_0:\u0000:send_email:v1") }
         assertFailsWith<LedgerException.InvalidInput> { ledger.get("") }
         val missing = "op_1:round_0:nope:send_email:v1"
-        val e = assertFailsWith<LedgerException.NotFound> { ledger.commit(missing, "{}", null) }
+        val e = assertFailsWith<LedgerException.NotFound> { ledger.commit(madeUpTicket(missing), "{}", null) }
         assertEquals(missing, e.executionId)
+        // A ticket's ids are validated on the way in like any other.
+        assertFailsWith<LedgerException.InvalidInput> { ledger.commit(madeUpTicket(""), "{}", null) }
+        assertFailsWith<LedgerException.InvalidInput> { ledger.owns(madeUpTicket("op_1:round_0:\u0000:send_email:v1")) }
 
         val bare = closeAfter(ToolExecutor(ledger, ExecutorConfig()))
         val u = assertFailsWith<LedgerException.UnknownTool> { bare.execute("op_2", 0u, emailCall()) }
@@ -318,10 +338,15 @@ val scenarioTests = listOf(
         assertEquals(1u, ticket.attempt)
         assertTrue(ticket.downstreamKey.startsWith("tl_"))
 
-        val stored = ledger.commit(ticket.executionId, """{"sent":true}""", "msg_9")
+        assertEquals(emailCall().arguments, ticket.argsJson) // as the model sent them
+        assertTrue(ledger.owns(ticket))
+
+        val stored = ledger.commit(ticket, """{"sent":true}""", "msg_9")
         assertEquals("""{"sent":true}""", stored.resultJson)
+        assertFalse(stored.partial)
+        assertFalse(ledger.owns(ticket), "committed: no longer running")
         assertFailsWith<LedgerException.AlreadyCommitted> {
-            ledger.commit(ticket.executionId, """{"sent":false}""", null)
+            ledger.commit(ticket, """{"sent":false}""", null)
         }
 
         val again = assertIs<Begin.Replay>(ledger.begin("op_1", 0u, spec))

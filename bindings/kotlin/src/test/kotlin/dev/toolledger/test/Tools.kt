@@ -63,12 +63,20 @@ class Downstream(val path: Path) {
 /** The result JSON `SendEmail` commits for effect `id`. */
 fun sentJson(id: String) = """{"id":"$id","sent":true}"""
 
-/** A side-effecting tool that can look its effects up by downstream key. */
+/**
+ * A side-effecting tool that can look its effects up by downstream key.
+ * `failWith` is thrown by `perform` before any effect: on every call, or
+ * only on the first `failTimes` calls. `landingWindowMs = null` keeps the
+ * descriptor's default (120000).
+ */
 open class SendEmail(
     val downstream: Downstream,
     private val canLookup: Boolean = true,
     private val requiresApproval: Boolean = false,
     private val failWith: Throwable? = null,
+    private val failTimes: Int? = null,
+    private val landingWindowMs: ULong? = null,
+    private val name: String = "send_email",
 ) : ToolHandler {
     /** `perform` calls so far. */
     val calls = AtomicInteger()
@@ -77,18 +85,18 @@ open class SendEmail(
     val lookups = AtomicInteger()
 
     override fun descriptor() = ToolDescriptor(
-        name = "send_email",
+        name = name,
         version = 1u,
         effect = EffectClass.SIDE_EFFECT,
         batch = BatchMode.ATOMIC,
         lookup = canLookup,
         requiresApproval = requiresApproval,
-    )
+    ).let { d -> landingWindowMs?.let { d.copy(landingWindowMs = it) } ?: d }
 
     override suspend fun perform(request: ToolRequest): PerformOutcome {
-        calls.incrementAndGet()
+        val n = calls.incrementAndGet()
         yield() // a real suspension point, as network code has
-        failWith?.let { throw it }
+        if (failWith != null && (failTimes == null || n <= failTimes)) throw failWith
         beforeEffect(request)
         // Blocking I/O belongs on Dispatchers.IO: the bindings call
         // `perform` on Dispatchers.Default (GlobalScope).
