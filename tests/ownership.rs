@@ -390,6 +390,33 @@ fn a_suspended_owner_that_comes_back_after_a_takeover_is_fenced() {
 }
 
 #[test]
+fn an_attempt_the_execution_never_had_is_bad_input_not_evidence() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, _clock) = open_at(&dir.path().join("l.db"));
+    let Begin::Execute(t) = ledger.begin(&op("o"), 0, &spec("c1", "pay", "{}")).unwrap() else {
+        panic!()
+    };
+    for attempt in [0, 2, 99] {
+        let forged = toolledger::ledger::AttemptId::new(t.execution_id.clone(), attempt);
+        assert!(
+            matches!(
+                ledger.commit(&forged, "{}", None),
+                Err(Error::NoSuchAttempt {
+                    current_attempt: 1,
+                    ..
+                })
+            ),
+            "attempt {attempt}"
+        );
+    }
+    assert!(ledger.evidence(&t.execution_id).unwrap().is_empty());
+    assert_eq!(
+        ledger.get(&t.execution_id).unwrap().unwrap().status,
+        ExecutionStatus::Executing
+    );
+}
+
+#[test]
 fn a_probe_that_fails_counts_as_alive() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");

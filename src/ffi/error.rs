@@ -3,9 +3,10 @@
 //!
 //! Only the cases an app acts on get their own variant: fix the input
 //! (`InvalidInput`), look elsewhere (`NotFound`), refresh its view
-//! (`InvalidTransition`, `DigestMismatch`, `AlreadyCommitted`), tell the user
-//! about the device (`Storage`), register the tool (`UnknownTool`), call
-//! `resume()` (`Suspended`) or report a bug (`Internal`). Messages come from
+//! (`InvalidTransition`, `DigestMismatch`, `AlreadyCommitted`,
+//! `StaleAttempt`), stop (`OperationCancelled`), tell the user about the
+//! device (`Storage`), register the tool (`UnknownTool`), call `resume()`
+//! (`Suspended`) or report a bug (`Internal`). Messages come from
 //! the core's `Display`, which never carries argument or result values.
 
 use crate::executor;
@@ -92,7 +93,8 @@ pub enum LedgerError {
         /// The execution.
         execution_id: String,
     },
-    /// The database could not be used. Nothing was written.
+    /// The database could not be used. Nothing was written — except for
+    /// `ForeignConnection`, where the last write may have been lost.
     #[error("storage ({kind:?}): {message}")]
     Storage {
         /// What kind of failure.
@@ -182,7 +184,7 @@ impl From<ledger::Error> for LedgerError {
         use ledger::Error as L;
         match e {
             L::Store(s) => s.into(),
-            L::Json(_) | L::Id(_) => LedgerError::invalid(&e),
+            L::Json(_) | L::Id(_) | L::NoSuchAttempt { .. } => LedgerError::invalid(&e),
             L::NotFound(id) => LedgerError::NotFound {
                 execution_id: id.to_string(),
             },

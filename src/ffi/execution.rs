@@ -55,10 +55,11 @@ pub enum OperationStatus {
     Open,
     /// The app finished the operation.
     Completed,
-    /// Cancelled with no side effect committed.
+    /// Cancelled, and none of its executions can have had an effect.
     Cancelled,
-    /// Cancelled after at least one of its executions committed: the effect
-    /// stays; undoing it is a compensation.
+    /// Cancelled while an effect may exist: an execution committed (in
+    /// part, for a batch), or was running or had an unknown outcome when it
+    /// was stopped. A committed effect stays; undoing it is a compensation.
     CancelledAfterSideEffect,
 }
 

@@ -191,6 +191,7 @@ impl ToolExecutor {
                 .map(|f| RecoveryFailure {
                     execution_id: f.execution_id,
                     error: f.error.to_string(),
+                    kind: RecoveryFailureKind::of(f.error),
                 })
                 .collect(),
         })
@@ -260,7 +261,9 @@ pub struct Recovery {
 pub struct RecoveryFailure {
     /// The execution.
     pub execution_id: ExecutionId,
-    /// Why (no argument or result values).
+    /// What kind of failure (act on this, not on the text).
+    pub kind: RecoveryFailureKind,
+    /// Why, for people (no argument or result values).
     pub error: String,
 }
 
@@ -268,7 +271,7 @@ pub struct RecoveryFailure {
 /// a foreign caller that stops waiting (a cancelled Kotlin coroutine, a
 /// cancelled Swift `Task`) only loses the answer: the attempt still ends
 /// honestly (committed, failed or unknown) instead of being dropped halfway
-/// and left `executing` until its lease runs out.
+/// and left `executing` while this process lives.
 async fn detached<T, F>(work: F) -> Result<T>
 where
     T: Send + 'static,
@@ -283,5 +286,32 @@ where
                 "the executor task was cancelled".into()
             },
         }),
+    }
+}
+
+/// Why `recover` could not deal with one execution.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Enum)]
+pub enum RecoveryFailureKind {
+    /// Its tool is not registered: register it and recover again.
+    UnknownTool {
+        /// The tool's name.
+        name: String,
+    },
+    /// The database failed on this execution.
+    Storage {
+        /// What kind of storage failure.
+        kind: super::error::StorageKind,
+    },
+    /// Anything else (see the message).
+    Other,
+}
+
+impl RecoveryFailureKind {
+    fn of(error: core::Error) -> RecoveryFailureKind {
+        match LedgerError::from(error) {
+            LedgerError::UnknownTool { name } => RecoveryFailureKind::UnknownTool { name },
+            LedgerError::Storage { kind, .. } => RecoveryFailureKind::Storage { kind },
+            _ => RecoveryFailureKind::Other,
+        }
     }
 }

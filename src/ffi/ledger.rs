@@ -128,6 +128,20 @@ impl Ledger {
             .record_external_id(&ticket.attempt_id(), &external_id)?)
     }
 
+    /// For an execution whose outcome is unknown: how long ago it became
+    /// unknown, in ms (boot clock). Before a lookup's "not found" counts as
+    /// proof, this must exceed the tool's landing window (a request sent
+    /// before may land until then). `None` when the outcome is not unknown.
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn unknown_for_ms(&self, execution_id: ExecutionId) -> Result<Option<u64>> {
+        Ok(self
+            .inner
+            .unknown_for(&execution_id)?
+            .map(super::records::millis))
+    }
+
     /// True while `ticket`'s attempt is still the execution's current one,
     /// running and owned by this session: a long tool may check before each
     /// expensive step and stop when it is not.
@@ -225,9 +239,10 @@ impl Ledger {
         Ok(self.inner.cancel(&execution_id)?.into())
     }
 
-    /// Cancels an operation: what cannot have run is cancelled and no new
-    /// call is begun in it. Returns `CancelledAfterSideEffect` when something
-    /// already committed (undo it with `compensate`).
+    /// Cancels an operation: what cannot have run is cancelled and nothing
+    /// starts in it again. Returns `CancelledAfterSideEffect` as soon as an
+    /// effect may exist (a call committed, is running or has an unknown
+    /// outcome; undo a committed one with `compensate`), else `Cancelled`.
     ///
     /// # Errors
     /// `Storage`.
@@ -332,9 +347,11 @@ impl Ledger {
     }
 
     /// Call at app start and after resume: executions left `executing` by a
-    /// dead process become `OutcomeUnknown`; returns every execution that
-    /// needs attention (unknown outcomes, pending approvals, retryable work,
-    /// committed results not yet delivered).
+    /// dead session become `OutcomeUnknown` (a live one's, and a suspended
+    /// one's within its lease, stay); returns every execution that needs
+    /// attention (unknown outcomes, pending approvals, retryable work, calls
+    /// still running in a live session, committed results not yet
+    /// delivered).
     ///
     /// # Errors
     /// `Storage`.

@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | [`Ledger`] | `ledger::Ledger` | the durable state machine; sync methods (short SQLite transactions: call them off the main thread) |
 //! | [`ToolExecutor`] | `executor::Executor` | runs foreign [`ToolHandler`]s; async methods on a tokio runtime inside the library |
-//! | [`parse_tool_calls`], [`render_tool_result`] … | `provider` | provider wire formats |
+//! | [`parse_tool_calls`], [`render_tool_result`], [`ToolCallStream`] … | `provider` | provider wire formats, stream assembly |
 //!
 //! Errors: every fallible function returns [`LedgerError`], one structured
 //! enum with only the cases an app acts on. Nothing exported panics on bad
@@ -35,12 +35,13 @@ pub use execution::{
     CancelOutcome, Execution, ExecutionStatus, JobApplied, JobUpdate, LedgerStats, OperationStatus,
     OperationSummary, StatusCount, TransitionEntry,
 };
-pub use executor::ToolExecutor;
+pub use executor::{Recovery, RecoveryFailure, RecoveryFailureKind, ToolExecutor};
 pub use ledger::Ledger;
 pub use outcome::{CallOutcome, ExecutorConfig, LatencySummary, MetricsSnapshot};
 pub use provider::{
-    parse_tool_calls, render_anthropic_user_message, render_gemini_user_turn,
-    render_mcp_batch_response, render_tool_result, ToolResult,
+    mcp_request_protocol_version, parse_tool_calls, render_anthropic_user_message,
+    render_gemini_user_turn, render_mcp_batch_response, render_mcp_result, render_tool_result,
+    ToolCallStream, ToolResult,
 };
 pub use records::{
     ApprovalRequest, Begin, CallSpec, LedgerConfig, Provider, Resolution, Resolved, StoredResult,

@@ -128,7 +128,8 @@ pub enum CallOutcome {
         /// The execution.
         execution_id: ExecutionId,
     },
-    /// It or its operation was cancelled before it ran.
+    /// It or its operation was cancelled and it did not happen: it never
+    /// ran, or a lookup after the stop found nothing.
     Cancelled {
         /// The execution.
         execution_id: ExecutionId,

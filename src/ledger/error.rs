@@ -62,6 +62,17 @@ pub enum Error {
         /// The execution's current status.
         status: ExecutionStatus,
     },
+    /// A step named an attempt the execution never had (0, or beyond its
+    /// current attempt): not a token the ledger handed out. Nothing changed.
+    #[error("execution {execution_id} has no attempt {attempt} (its current attempt is {current_attempt})")]
+    NoSuchAttempt {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// The attempt the step named.
+        attempt: u32,
+        /// The execution's current attempt.
+        current_attempt: u32,
+    },
     /// The execution's operation was cancelled: no attempt starts in it.
     #[error("execution {0}: its operation was cancelled; nothing starts in it")]
     OperationCancelled(ExecutionId),

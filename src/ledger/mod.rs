@@ -287,6 +287,22 @@ impl Ledger {
         }))
     }
 
+    /// For an execution whose outcome is unknown: how long ago (boot clock)
+    /// it became unknown. An app that runs tools itself compares it with the
+    /// tool's landing window before it takes a lookup's "not found" as
+    /// proof (the executor does this itself). `None` when not unknown.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn unknown_for(&self, id: &ExecutionId) -> Result<Option<Duration>> {
+        let rec = self.read(|dao| Ok(dao.execution(id)?))?;
+        let now = self.clock.monotonic();
+        Ok(rec
+            .filter(|r| r.status == ExecutionStatus::OutcomeUnknown)
+            .and_then(|r| r.unknown_since)
+            .map(|since| Duration::from_millis(u64::try_from(now.since(&since)).unwrap_or(0))))
+    }
+
     /// Call at app start and after resume. Turns `executing` rows whose owner
     /// session is dead into `outcome_unknown` (a held lock means alive; a
     /// suspended owner is alive until its lease lapses on the boot clock),

@@ -64,6 +64,15 @@ impl Ledger {
         carried: &Carried<'_>,
         now: i64,
     ) -> Result<Option<Error>> {
+        if attempt.attempt == 0 || attempt.attempt > rec.attempt_count {
+            // Not an attempt this execution ever had: bad input, not a
+            // stale attempt (nothing is kept as evidence).
+            return Err(Error::NoSuchAttempt {
+                execution_id: rec.execution_id.clone(),
+                attempt: attempt.attempt,
+                current_attempt: rec.attempt_count,
+            });
+        }
         let current = rec.attempt_count == attempt.attempt
             && (!own || rec.owner_session.as_ref() == Some(self.session_id()));
         if current {
