@@ -91,3 +91,47 @@ fn hundreds_of_kills_leave_no_duplicate_no_lost_record_and_one_result_per_call()
         .unwrap_or_default();
     assert!(runs.get("sigkills").copied().unwrap_or(0) > 0, "{stdout}");
 }
+
+#[test]
+fn live_owners_stopped_suspended_and_clock_stepped_leave_no_duplicate() {
+    let seed = std::env::var("TOOLLEDGER_TORTURE_SEED").unwrap_or_else(|_| "20261130".into());
+    let stops: u64 = std::env::var("TOOLLEDGER_TORTURE_STOPS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(100);
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_torture"))
+        .args(["--live", "--kills", &stops.to_string(), "--seed", &seed])
+        .arg("--workdir")
+        .arg(dir.path().join("runs"))
+        .output()
+        .expect("the torture harness starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "live torture failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    let totals = fields(last);
+    assert_eq!(totals["duplicates"], 0, "{last}");
+    assert_eq!(totals["lost_records"], 0, "{last}");
+    assert_eq!(totals["unknown_unresolved"], 0, "{last}");
+    assert!(totals["logical_calls"] > 0, "{last}");
+    let live = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("live: "))
+        .map(fields)
+        .unwrap_or_default();
+    assert!(live["stops"] >= stops, "{stdout}");
+    assert!(live["suspends"] > 0, "{stdout}");
+    let detail = stdout
+        .lines()
+        .find(|l| l.starts_with("app_resolved_unknowns="))
+        .map(fields)
+        .unwrap_or_default();
+    assert_eq!(detail.get("transcript_mismatches"), Some(&0), "{stdout}");
+    assert_eq!(detail.get("undelivered"), Some(&0), "{stdout}");
+}

@@ -3,6 +3,7 @@
 //! ```text
 //! torture [--kills N] [--seed S] [--jobs J] [--modes keys,lookup,neither]
 //!         [--max-kills-per-run K] [--workdir DIR] [--keep] [--keep-going] [--verbose]
+//!         [--live]
 //! torture worker --db P --service ADDR --mode M --op OP --transcript P   (internal)
 //! ```
 //!
@@ -19,12 +20,20 @@
 //! kills=<n> logical_calls=<n> duplicates=<n> unknown_unresolved=<n> lost_records=<n>
 //! ```
 //!
+//! With `--live` nobody is killed: two live workers race each run while the
+//! supervisor stops and continues them (SIGSTOP/SIGCONT), their wall clocks
+//! are off and they suspend and resume their ledgers all along
+//! (`src/bin/torture/live.rs`); `--kills N` then counts stops. The summary
+//! line is the same.
+//!
 //! Exit codes: 0 every invariant held; 1 a violation or a worker error
 //! (details on stderr, files kept in the workdir); 2 bad arguments.
 //! See `src/bin/torture/supervisor.rs` for the schedule and RELIABILITY.md.
 
 #[path = "torture/http.rs"]
 mod http;
+#[path = "torture/live.rs"]
+mod live;
 #[path = "torture/report.rs"]
 mod report;
 #[path = "torture/rng.rs"]
@@ -49,7 +58,7 @@ use workload::Mode;
 
 const USAGE: &str =
     "usage: torture [--kills N] [--seed S] [--jobs J] [--modes keys,lookup,neither] \
-[--max-kills-per-run K] [--workdir DIR] [--keep] [--keep-going] [--verbose]";
+[--max-kills-per-run K] [--workdir DIR] [--keep] [--keep-going] [--verbose] [--live]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -75,7 +84,13 @@ fn main() -> ExitCode {
     let workdir = opts.workdir.clone();
     let seed = opts.seed;
     let started = std::time::Instant::now();
-    match supervisor::run(opts) {
+    let live = opts.live;
+    let result = if live {
+        live::run(&opts)
+    } else {
+        supervisor::run(opts)
+    };
+    match result {
         Ok(t) => {
             let f = &t.findings;
             let points: Vec<String> = t
@@ -92,7 +107,14 @@ fn main() -> ExitCode {
                 t.failed_runs,
                 started.elapsed().as_secs_f64()
             );
-            println!("crash_points: {}", points.join(" "));
+            if live {
+                println!(
+                    "live: stops={} suspends={} in_flight_waits={}",
+                    t.stops, t.suspends, t.in_flight_waits
+                );
+            } else {
+                println!("crash_points: {}", points.join(" "));
+            }
             println!(
                 "app_resolved_unknowns={} replays={} duplicate_webhooks_ignored={} transcript_mismatches={} undelivered={} downgrades={}",
                 t.app_resolved_unknowns,
@@ -148,6 +170,7 @@ fn parse_supervisor(args: &[String]) -> Result<Options, String> {
         keep: false,
         verbose: false,
         keep_going: false,
+        live: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -171,6 +194,7 @@ fn parse_supervisor(args: &[String]) -> Result<Options, String> {
             }
             "--keep" => opts.keep = true,
             "--keep-going" => opts.keep_going = true,
+            "--live" => opts.live = true,
             "--verbose" => opts.verbose = true,
             "-h" | "--help" => return Err("help".into()),
             other => return Err(format!("unknown argument {other}")),
@@ -182,6 +206,7 @@ fn parse_supervisor(args: &[String]) -> Result<Options, String> {
 
 fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
     let (mut db, mut service, mut mode, mut op, mut transcript) = (None, None, None, None, None);
+    let (mut live_offset, mut live_seed): (Option<i64>, Option<u64>) = (None, None);
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].as_str();
@@ -192,11 +217,17 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
             "--mode" => mode = Some(Mode::parse(v).ok_or_else(|| format!("unknown mode {v}"))?),
             "--op" => op = Some(v.to_owned()),
             "--transcript" => transcript = Some(PathBuf::from(v)),
+            "--live-offset-ms" => live_offset = Some(number(v, flag)?),
+            "--live-seed" => live_seed = Some(number(v, flag)?),
             other => return Err(format!("unknown worker argument {other}")),
         }
         i += 1;
     }
     Ok(WorkerArgs {
+        live: live_seed.map(|seed| worker::Live {
+            wall_offset_ms: live_offset.unwrap_or(0),
+            seed,
+        }),
         db: db.ok_or("--db is required")?,
         service: service.ok_or("--service is required")?,
         mode: mode.ok_or("--mode is required")?,

@@ -27,6 +27,12 @@ pub struct Totals {
     pub replays: u64,
     /// Sum of the `duplicate_webhooks=` of the finishing lives.
     pub duplicate_webhooks_ignored: u64,
+    /// Live-owner runs: SIGSTOP/SIGCONT cycles of live workers.
+    pub stops: u64,
+    /// Live-owner runs: suspend/resume cycles of the workers' ledgers.
+    pub suspends: u64,
+    /// Live-owner runs: calls found in flight in the other live worker.
+    pub in_flight_waits: u64,
 }
 
 impl Totals {
@@ -94,6 +100,8 @@ impl Totals {
                     self.app_resolved_unknowns += summary_field(summary, "resolved_unknowns");
                     self.replays += summary_field(summary, "replays");
                     self.duplicate_webhooks_ignored += summary_field(summary, "duplicate_webhooks");
+                    self.suspends += summary_field(summary, "suspends");
+                    self.in_flight_waits += summary_field(summary, "in_flight_waits");
                 }
                 End::Error(_) => {}
             }

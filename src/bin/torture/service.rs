@@ -49,6 +49,10 @@ pub struct Effect {
 #[derive(Debug, Default)]
 struct State {
     dedupe: bool,
+    /// A request not fully received this long after it was accepted is
+    /// dropped unapplied (live-owner runs: it bounds how late a request of a
+    /// stopped worker can land, which the tools declare as their window).
+    request_deadline: Option<Duration>,
     effects: Vec<Effect>,
     /// Idempotency store: key → (request body, status, response body).
     replies: HashMap<String, (String, u16, String)>,
@@ -78,10 +82,17 @@ pub struct Service {
 impl Service {
     /// Starts a service with the behaviour of `mode` on a free port.
     pub fn start(mode: Mode) -> std::io::Result<Service> {
+        Service::start_with(mode, None)
+    }
+
+    /// [`Service::start`], dropping requests not received in full within
+    /// `request_deadline` of their connection.
+    pub fn start_with(mode: Mode, request_deadline: Option<Duration>) -> std::io::Result<Service> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::default());
         shared.lock().dedupe = mode == Mode::Keys;
+        shared.lock().request_deadline = request_deadline;
         let accept_shared = shared.clone();
         let accept = thread::spawn(move || {
             for conn in listener.incoming() {
@@ -158,11 +169,16 @@ impl Drop for Service {
 }
 
 fn serve(shared: &Shared, mut stream: TcpStream) {
+    let accepted = Instant::now();
     let _ = stream.set_read_timeout(Some(SOCKET_TIMEOUT));
     let _ = stream.set_write_timeout(Some(SOCKET_TIMEOUT));
     let Ok(Some(req)) = http::read_request(&stream) else {
         return;
     };
+    let deadline = shared.lock().request_deadline;
+    if deadline.is_some_and(|d| accepted.elapsed() > d) {
+        return;
+    }
     let (status, body) = handle(&mut shared.lock(), &req);
     let _ = http::write_response(&mut stream, status, &body);
 }

@@ -59,6 +59,8 @@ pub struct Options {
     pub verbose: bool,
     /// Go on after a failing run.
     pub keep_going: bool,
+    /// Live-owner runs instead of kill runs (see `live.rs`).
+    pub live: bool,
 }
 
 /// How one life is meant to end.

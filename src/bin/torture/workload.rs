@@ -29,6 +29,12 @@ pub const JOB_TOOL: &str = "export_data";
 /// Client timeout: generous, so a loaded machine never makes a spurious
 /// unknown outcome (the harness kills on purpose, it does not time out).
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(20);
+/// In live-owner runs, the service drops a request not received in full
+/// within this long of its connection…
+pub const LIVE_REQUEST_DEADLINE: Duration = Duration::from_millis(1_000);
+/// … so a request can land at most this long after it was sent: the window
+/// the tools declare there.
+pub const LIVE_LANDING_WINDOW: Duration = Duration::from_millis(1_500);
 
 /// What the downstream offers, and so what the tools may do after an
 /// unknown outcome.
@@ -67,7 +73,7 @@ enum Kind {
     Job,
 }
 
-fn descriptor(mode: Mode, name: &str) -> ToolDescriptor {
+fn descriptor(mode: Mode, name: &str, live: bool) -> ToolDescriptor {
     ToolDescriptor {
         idempotency_key: mode == Mode::Keys,
         lookup: mode == Mode::Lookup,
@@ -77,20 +83,27 @@ fn descriptor(mode: Mode, name: &str) -> ToolDescriptor {
         } else {
             BatchMode::Atomic
         },
-        // The supervisor restarts a worker only after the dead worker's
-        // requests have settled at the service (`Service::quiesce`): no
-        // request of an earlier life can land later.
-        landing_window: std::time::Duration::ZERO,
+        // Kill runs: the supervisor restarts a worker only after the dead
+        // worker's requests have settled at the service
+        // (`Service::quiesce`), so no request of an earlier life lands later.
+        // Live runs: workers are stopped mid-request; the service bounds how
+        // late a request can land, and the tools say so.
+        landing_window: if live {
+            LIVE_LANDING_WINDOW
+        } else {
+            Duration::ZERO
+        },
         ..ToolDescriptor::side_effect(name, 1)
     }
 }
 
-/// The tools of a run in `mode`, talking to the service at `addr`.
-pub fn tools(mode: Mode, addr: SocketAddr) -> Vec<HttpTool> {
+/// The tools of a run in `mode` (`live`: a live-owner run), talking to the
+/// service at `addr`.
+pub fn tools(mode: Mode, addr: SocketAddr, live: bool) -> Vec<HttpTool> {
     ["send_email", "pay", "create_event", BATCH_TOOL, JOB_TOOL]
         .into_iter()
         .map(|name| HttpTool {
-            desc: descriptor(mode, name),
+            desc: descriptor(mode, name, live),
             addr,
             kind: if name == JOB_TOOL {
                 Kind::Job
