@@ -1,6 +1,6 @@
 //! Named crash points: where the torture suite kills the process.
 //!
-//! The six boundaries of DESIGN.md plus "mid-batch after item N". With the
+//! The six boundaries of docs/design.md plus "mid-batch after item N". With the
 //! `crash-points` cargo feature, [`hit`] aborts the process (no unwinding, no
 //! destructors — as a SIGKILL would) when the point is armed; without the
 //! feature it compiles to nothing, so release builds carry no hook.

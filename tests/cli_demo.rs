@@ -138,7 +138,7 @@ fn assert_died(out: &Output, boundary: &str) {
 }
 
 /// Crash at `boundary` (optionally only for `tool`), recover, and check the
-/// recovery took the step DESIGN.md prescribes for that boundary.
+/// recovery took the step docs/design.md prescribes for that boundary.
 fn crash_and_recover(boundary: &str, tool: Option<&str>, expected_recovery: &str) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ledger.db");

@@ -1,7 +1,7 @@
 //! Crashes while `executing`: recovery reports `outcome_unknown`, never runs
 //! the tool blindly, and a committed record survives anything.
 //!
-//! Boundaries exercised here (DESIGN.md names): `before-request` /
+//! Boundaries exercised here (docs/design.md names): `before-request` /
 //! `in-flight` (dropped ledger and a child process that aborts while
 //! executing), `after-local-commit` (committed then crash: replay).
 

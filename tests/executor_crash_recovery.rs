@@ -1,4 +1,4 @@
-//! The executor's recovery at DESIGN.md's crash boundaries, against a real
+//! The executor's recovery at docs/design.md's crash boundaries, against a real
 //! (loopback) downstream: each test kills the first "process" (its runtime,
 //! executor and ledger) at the named boundary, restarts on the same file and
 //! calls `Executor::recover()`, then counts the effects at the service.

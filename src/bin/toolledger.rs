@@ -4,7 +4,7 @@
 //!
 //! - `toolledger demo` runs a scripted, multi-round "AI tool loop" against a
 //!   ledger file and a simulated remote service, can kill itself at any of the
-//!   six crash boundaries of DESIGN.md (`--crash-at`), and on the next run
+//!   six crash boundaries of docs/design.md (`--crash-at`), and on the next run
 //!   recovers and proves, from the remote's own records, that every logical
 //!   call produced exactly one side effect. See `demo.rs`.
 //! - `toolledger inspect <db>` lists operations and executions: ids, tools,

@@ -3,7 +3,7 @@
 //! Most apps never call the ledger's transitions by hand. They register their
 //! tools and hand each model tool call to [`Executor::execute`] (or a whole
 //! model response to [`Executor::execute_round`]); the executor applies
-//! DESIGN.md's protocol by effect class:
+//! docs/design.md's protocol by effect class:
 //!
 //! - **Read-only** tools run with no records and no syncs; transient failures
 //!   are retried with bounded exponential backoff and jitter inside the call.

@@ -4,7 +4,7 @@
 //! `mark_delivered` checks its ids at once but writes nothing: the marks are
 //! queued and the next write transaction of this ledger applies them first
 //! (no sync of their own). A mark lost with the process only replays the
-//! stored result, which DESIGN allows.
+//! stored result, which docs/design.md allows.
 //!
 //! Reads never write. Every read of the ledger goes through
 //! [`Ledger::read`], which requires the value read to implement [`Settle`]:

@@ -1,7 +1,7 @@
 //! The durable state machine: begin, approve, execute, commit, deliver.
 //!
 //! [`Ledger`] is the core API. Every method is one transaction, and the
-//! durable syncs sit exactly on the commit boundaries of DESIGN.md:
+//! durable syncs sit exactly on the commit boundaries of docs/design.md:
 //!
 //! | call | sync | why |
 //! |---|---|---|

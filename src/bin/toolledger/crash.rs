@@ -1,4 +1,4 @@
-//! Crash injection: the six boundaries of DESIGN.md, and the abort.
+//! Crash injection: the six boundaries of docs/design.md, and the abort.
 //!
 //! The demo calls [`CrashPlan::reached`] at every boundary of every
 //! side-effecting call. When the plan names that boundary (and, optionally,
@@ -10,7 +10,7 @@
 use std::io::Write;
 
 /// A point in the life of one side-effecting call where the process can die:
-/// the library's crash points, of which the demo uses the six of DESIGN.md.
+/// the library's crash points, of which the demo uses the six of docs/design.md.
 pub use toolledger::crashpoint::CrashPoint as Boundary;
 
 /// The boundaries the demo can die at, in the order a call passes them

@@ -3,7 +3,7 @@
 //! One run has three phases:
 //!
 //! 1. **Recover.** `Ledger::recover()` lists what an earlier (crashed) run
-//!    left behind, and each item gets what DESIGN.md prescribes: an unknown
+//!    left behind, and each item gets what docs/design.md prescribes: an unknown
 //!    outcome is reconciled by looking the downstream key up at the remote
 //!    (found → commit that effect; not found → retry under the same key); a
 //!    committed result nobody saw is handed to the model and marked

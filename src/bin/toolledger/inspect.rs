@@ -4,7 +4,7 @@
 //! id, tool, round, status, attempts, whether a result and an external id
 //! exist, and the last update time. Argument and result values (and the
 //! external ids themselves) are never printed: they may be personal data,
-//! and DESIGN.md keeps them out of logs and tooling. A table for people,
+//! and docs/design.md keeps them out of logs and tooling. A table for people,
 //! `--json` for scripts.
 //!
 //! The file must already exist: inspecting never creates a ledger, and it
