@@ -471,6 +471,7 @@ fn is_domain_refusal(e: &LedgerError) -> bool {
             | LedgerError::DigestMismatch { .. }
             | LedgerError::AlreadyCommitted(_)
             | LedgerError::StaleAttempt { .. }
+            | LedgerError::NoSuchAttempt { .. }
             | LedgerError::OperationCancelled(_)
     )
 }
