@@ -4,9 +4,11 @@
 #   scripts/generate-bindings.sh [python|kotlin|swift ...]   (default: all three)
 #
 # Writes bindings/<lang>/generated/ (not committed: bindings/.gitignore) from
-# the library's embedded metadata ("library mode") and uniffi.toml, with the
-# uniffi-bindgen built from this crate (src/bin/uniffi-bindgen.rs), so the
-# generator always matches the uniffi the library was compiled with.
+# the library's embedded metadata ("library mode") and the top-level
+# uniffi.toml, with the uniffi-bindgen built from the FFI crate
+# (ffi/src/bin/uniffi-bindgen.rs), so the generator always matches the uniffi
+# the library was compiled with. The library is built from the FFI crate alone
+# (`-p toolledger-ffi`), so nothing of the tools (crash points) reaches it.
 # For Python the library is copied next to the generated module, which loads
 # it from its own directory.
 #
@@ -33,11 +35,11 @@ target_dir="$(cargo metadata --no-deps --format-version 1 \
 # Built first: building it also re-links the library with the `bindgen`
 # feature, and the library built next must be the plain one.
 echo "generate-bindings: building uniffi-bindgen" >&2
-cargo build --features bindgen --bin uniffi-bindgen
+cargo build -p toolledger-ffi --features bindgen --bin uniffi-bindgen
 bindgen="${target_dir}/debug/uniffi-bindgen"
 
 echo "generate-bindings: building the cdylib (${PROFILE})" >&2
-cargo build "${profile_flag[@]}" --lib
+cargo build "${profile_flag[@]}" -p toolledger-ffi --lib
 lib="${target_dir}/${PROFILE}/${libfile}"
 [ -f "$lib" ] || { echo "generate-bindings: no library at $lib" >&2; exit 1; }
 
@@ -48,7 +50,8 @@ for lang in "${langs[@]}"; do
   out="bindings/${lang}/generated"
   rm -rf "$out"
   mkdir -p "$out"
-  "$bindgen" generate "$lib" --language "$lang" --out-dir "$out" --no-format
+  "$bindgen" generate "$lib" --config uniffi.toml --language "$lang" \
+    --out-dir "$out" --no-format
   if [ "$lang" = python ]; then
     cp "$lib" "$out/"
   fi

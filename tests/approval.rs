@@ -1,6 +1,6 @@
 //! Approval binds to the exact arguments (by digest).
 
-mod support;
+use toolledger_test_support as support;
 
 use support::*;
 use toolledger::ledger::{Begin, Error};

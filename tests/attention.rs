@@ -2,7 +2,7 @@
 //! the attention index (swept) or above the sweep's watermark (begun since),
 //! and pruning can never hide a new execution below the watermark.
 
-mod support;
+use toolledger_test_support as support;
 
 use std::path::Path;
 use std::time::Duration;

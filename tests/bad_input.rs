@@ -1,6 +1,6 @@
 //! Bad input gets a typed error and loses nothing already recorded.
 
-mod support;
+use toolledger_test_support as support;
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Cancellation before and after the side effect, and compensation.
 
-mod support;
+use toolledger_test_support as support;
 
 use support::*;
 use toolledger::ledger::{Begin, CancelOutcome, Error};

@@ -1,6 +1,6 @@
 //! Many threads and many sessions race the same calls: exactly one Execute.
 
-mod support;
+use toolledger_test_support as support;
 
 use std::sync::{Arc, Barrier};
 use std::thread;

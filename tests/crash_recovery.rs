@@ -5,7 +5,7 @@
 //! `in-flight` (dropped ledger and a child process that aborts while
 //! executing), `after-local-commit` (committed then crash: replay).
 
-mod support;
+use toolledger_test_support as support;
 
 use std::process::Command;
 

@@ -2,7 +2,7 @@
 //! write of the ledger (no transaction or sync of their own), visible to every
 //! read that reports statuses, and harmless when lost.
 
-mod support;
+use toolledger_test_support as support;
 
 use std::fs::File;
 use std::io::Read;

@@ -3,8 +3,7 @@
 //! arguments is refused and unlocks nothing, and the right approval runs the
 //! call once.
 
-#[path = "support/downstream.rs"]
-mod downstream;
+use toolledger_test_support::downstream;
 
 use std::sync::Arc;
 

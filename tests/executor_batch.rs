@@ -4,8 +4,7 @@
 //! or by resending its own key), and the service ends with exactly five
 //! effects and the result lists the five item results in order.
 
-#[path = "support/downstream.rs"]
-mod downstream;
+use toolledger_test_support::downstream;
 
 use std::path::Path;
 use std::sync::{Arc, Weak};

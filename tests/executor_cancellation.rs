@@ -4,8 +4,7 @@
 //! no new call starts in the cancelled operation, and a call that provably
 //! failed is not tried again after the cancellation.
 
-#[path = "support/downstream.rs"]
-mod downstream;
+use toolledger_test_support::downstream;
 
 use std::sync::Arc;
 

@@ -5,8 +5,7 @@
 //! (`after-remote-commit` with a key-deduping service is in
 //! `executor_idempotency_keys.rs`; batches in `executor_batch.rs`.)
 
-#[path = "support/downstream.rs"]
-mod downstream;
+use toolledger_test_support::downstream;
 
 use std::path::Path;
 use std::sync::{Arc, Weak};

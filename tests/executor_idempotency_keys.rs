@@ -4,8 +4,7 @@
 //! changed-arguments conflict that never reaches the service (and the
 //! service's own 422 guard), and 500s retried under one key.
 
-#[path = "support/downstream.rs"]
-mod downstream;
+use toolledger_test_support::downstream;
 
 use std::path::Path;
 use std::sync::{Arc, Weak};

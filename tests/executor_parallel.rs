@@ -3,8 +3,7 @@
 //! key, every call commits exactly one effect, and no more than
 //! `max_parallel` requests are ever in flight at the service.
 
-#[path = "support/downstream.rs"]
-mod downstream;
+use toolledger_test_support::downstream;
 
 use std::collections::HashSet;
 use std::sync::Arc;

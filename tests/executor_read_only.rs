@@ -3,8 +3,7 @@
 //! outage fails after exactly `read_only_max_attempts` requests, a refusal
 //! is not retried, and none of it leaves a record in the ledger.
 
-#[path = "support/downstream.rs"]
-mod downstream;
+use toolledger_test_support::downstream;
 
 use std::sync::Arc;
 

@@ -4,8 +4,7 @@
 //! it; a timeout or a 500 after the commit is settled by a lookup that finds
 //! the one effect.
 
-#[path = "support/downstream.rs"]
-mod downstream;
+use toolledger_test_support::downstream;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,8 +3,7 @@
 //! polled progress is recorded on the job, and a webhook delivered twice
 //! commits the execution once.
 
-#[path = "support/downstream.rs"]
-mod downstream;
+use toolledger_test_support::downstream;
 
 use std::sync::Arc;
 

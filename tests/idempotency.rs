@@ -1,6 +1,6 @@
 //! Replay, conflict and identity: the same logical call never runs twice.
 
-mod support;
+use toolledger_test_support as support;
 
 use support::*;
 use toolledger::ledger::{Begin, CallSpec};

@@ -1,6 +1,6 @@
 //! Opening files: fresh, current, future, not a database, corrupt.
 
-mod support;
+use toolledger_test_support as support;
 
 use rusqlite::Connection;
 use support::*;

@@ -7,8 +7,7 @@
 //! The children are this test binary itself, started with an environment
 //! variable that turns `child_races_calls` from a no-op into the racer.
 
-#[path = "support/downstream.rs"]
-mod downstream;
+use toolledger_test_support::downstream;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -4,9 +4,8 @@
 //! told as partial, arguments reach the tool as sent. Each test names the
 //! behaviour of the ownership issue it covers (RELIABILITY.md lists them).
 
-#[path = "support/downstream.rs"]
-mod downstream;
-mod support;
+use toolledger_test_support as support;
+use toolledger_test_support::downstream;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -4,7 +4,7 @@
 //! the v1 → v2 migration that brought the tombstones (and the leaner
 //! transition log) in.
 
-mod support;
+use toolledger_test_support as support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

@@ -26,7 +26,7 @@
 //! `TOOLLEDGER_SIM_SEED=<seed>` replays one. A failing schedule prints its
 //! seed and the command that replays it.
 
-mod support;
+use toolledger_test_support as support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

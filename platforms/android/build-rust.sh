@@ -4,10 +4,10 @@
 #
 #   platforms/android/build-rust.sh
 #
-# 1. cargo-ndk builds the library (release) for arm64-v8a, armeabi-v7a,
+# 1. cargo-ndk builds the FFI crate (ffi/, package toolledger-ffi; release) for arm64-v8a, armeabi-v7a,
 #    x86_64 and x86 and copies each libtoolledger.so into
 #    platforms/android/src/main/jniLibs/<abi>/.
-# 2. The crate's own uniffi-bindgen (src/bin/uniffi-bindgen.rs, built for the
+# 2. The FFI crate's own uniffi-bindgen (ffi/src/bin/uniffi-bindgen.rs, built for the
 #    host) reads the UniFFI metadata embedded in the arm64-v8a library it just
 #    built, with uniffi.toml, and writes the Kotlin bindings
 #    (package dev.toolledger) into platforms/android/src/main/uniffi/:
@@ -56,7 +56,7 @@ jni_libs=platforms/android/src/main/jniLibs
 export CARGO_TARGET_AARCH64_LINUX_ANDROID_RUSTFLAGS="${CARGO_TARGET_AARCH64_LINUX_ANDROID_RUSTFLAGS:--C link-arg=-Wl,-z,max-page-size=16384}"
 export CARGO_TARGET_X86_64_LINUX_ANDROID_RUSTFLAGS="${CARGO_TARGET_X86_64_LINUX_ANDROID_RUSTFLAGS:--C link-arg=-Wl,-z,max-page-size=16384}"
 echo "build-rust: cargo ndk (4 ABIs, release) -> $jni_libs" >&2
-cargo ndk -t arm64-v8a -t armeabi-v7a -t x86_64 -t x86 -o "$jni_libs" build --release --lib
+cargo ndk -t arm64-v8a -t armeabi-v7a -t x86_64 -t x86 -o "$jni_libs" build --release -p toolledger-ffi --lib
 
 for abi in arm64-v8a armeabi-v7a x86_64 x86; do
   [ -f "$jni_libs/$abi/libtoolledger.so" ] || die "cargo ndk did not produce $jni_libs/$abi/libtoolledger.so"
@@ -66,12 +66,12 @@ done
 target_dir="$(cargo metadata --no-deps --format-version 1 \
   | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')"
 echo "build-rust: building uniffi-bindgen (host)" >&2
-cargo build --features bindgen --bin uniffi-bindgen
+cargo build -p toolledger-ffi --features bindgen --bin uniffi-bindgen
 out=platforms/android/src/main/uniffi
 rm -rf "$out"
 mkdir -p "$out"
 "$target_dir/debug/uniffi-bindgen" generate "$jni_libs/arm64-v8a/libtoolledger.so" \
-  --language kotlin --out-dir "$out" --no-format
+  --config uniffi.toml --language kotlin --out-dir "$out" --no-format
 [ -f "$out/dev/toolledger/toolledger.kt" ] || die "no Kotlin bindings in $out"
 echo "build-rust: Kotlin bindings -> $out/dev/toolledger/toolledger.kt" >&2
 echo "build-rust: done; now build the module with Gradle (e.g. ./gradlew :toolledger:assembleRelease)" >&2

@@ -11,9 +11,9 @@
 # (platforms/ios/.gitignore): run this script after every change to the crate.
 #
 # Steps (Apple's conventions for a Rust static library):
-#   1. cargo build --release --lib for aarch64-apple-ios (devices),
+#   1. cargo build --release -p toolledger-ffi --lib (the FFI crate, ffi/) for aarch64-apple-ios (devices),
 #      aarch64-apple-ios-sim and x86_64-apple-ios (simulators on Apple silicon
-#      and Intel Macs); the crate's crate-type includes "staticlib".
+#      and Intel Macs); the FFI crate's crate-type includes "staticlib".
 #   2. lipo the two simulator slices into one fat libtoolledger.a (an
 #      XCFramework holds one library per platform variant, not per arch).
 #   3. scripts/generate-bindings.sh swift (release) for the Swift source, the
@@ -55,8 +55,8 @@ if command -v rustup >/dev/null 2>&1; then
   done
 fi
 for t in "$device" "${simulators[@]}"; do
-  echo "build-xcframework: cargo build --release --lib --target $t" >&2
-  cargo build --release --lib --target "$t"
+  echo "build-xcframework: cargo build --release -p toolledger-ffi --lib --target $t" >&2
+  cargo build --release -p toolledger-ffi --lib --target "$t"
 done
 target_dir="$(cargo metadata --no-deps --format-version 1 \
   | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')"

@@ -4,7 +4,6 @@ use crate::model::{ArgsDigest, ExecutionId};
 
 /// The result of running (or replaying, or refusing) one tool call.
 #[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum CallOutcome {
     /// A result for the model. `replayed` is true when it is the stored
     /// snapshot of an earlier run (nothing ran now).

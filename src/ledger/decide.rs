@@ -75,6 +75,67 @@ pub(crate) enum Decision {
     SettlePartial,
 }
 
+/// What the app does next with a stored execution, by the same table (for
+/// the inspector's `recover` and for apps that list what needs attention).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NextStep {
+    /// Hand the stored result to the model (again), then mark it delivered.
+    HandBackResult,
+    /// Nothing: it is finished (delivered, rejected, cancelled, failed for
+    /// good).
+    Nothing,
+    /// A session is running it (or will, if its owner is found dead:
+    /// `recover` makes it an unknown outcome first): wait.
+    Wait,
+    /// Its outcome is unknown: reconcile (lookup or same-key resend), else
+    /// ask the user.
+    Reconcile,
+    /// Ask a human to approve it.
+    AskForApproval,
+    /// Run it (approved, ready, or a retryable failure: same key).
+    Run,
+    /// Its operation was cancelled: it will be cancelled when asked for.
+    Cancel,
+}
+
+impl NextStep {
+    /// A short phrase for people.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NextStep::HandBackResult => "hand the stored result to the model, mark delivered",
+            NextStep::Nothing => "nothing",
+            NextStep::Wait => "in flight in a live session: wait",
+            NextStep::Reconcile => "reconcile: lookup or same-key retry, else ask the user",
+            NextStep::AskForApproval => "ask for approval",
+            NextStep::Run => "run it (same key)",
+            NextStep::Cancel => "cancel it (its operation was cancelled)",
+        }
+    }
+
+    /// The step for a record, given the facts `decide` needs (the owner of
+    /// an `executing` record is taken as alive).
+    pub(crate) fn of(facts: &Facts) -> NextStep {
+        match decide(facts, || Liveness::Alive) {
+            Decision::Replay | Decision::SettlePartial => {
+                if facts.status == ExecutionStatus::ResultDelivered {
+                    NextStep::Nothing
+                } else {
+                    NextStep::HandBackResult
+                }
+            }
+            Decision::InFlight { .. } | Decision::Abandon { .. } => NextStep::Wait,
+            Decision::Reconcile => NextStep::Reconcile,
+            Decision::NeedsApproval => NextStep::AskForApproval,
+            Decision::Start | Decision::Retry => NextStep::Run,
+            Decision::CancelNow => NextStep::Cancel,
+            Decision::Conflict | Decision::Failed | Decision::Rejected | Decision::Cancelled => {
+                NextStep::Nothing
+            }
+        }
+    }
+}
+
 /// The table. `owner` is asked only for an `executing` record.
 pub(crate) fn decide(facts: &Facts, owner: impl FnOnce() -> Liveness) -> Decision {
     use ExecutionStatus as S;
@@ -200,6 +261,22 @@ mod tests {
             ..facts(S::FailedBeforeCommit)
         };
         assert_eq!(decide(&f, alive), Decision::Failed);
+    }
+
+    #[test]
+    fn a_failure_for_good_has_nothing_left_to_do() {
+        let f = Facts {
+            retryable: Some(false),
+            ..facts(S::FailedBeforeCommit)
+        };
+        assert_eq!(NextStep::of(&f), NextStep::Nothing);
+        let f = Facts {
+            retryable: Some(true),
+            ..facts(S::FailedBeforeCommit)
+        };
+        assert_eq!(NextStep::of(&f), NextStep::Run);
+        assert_eq!(NextStep::of(&facts(S::ResultDelivered)), NextStep::Nothing);
+        assert_eq!(NextStep::of(&facts(S::Committed)), NextStep::HandBackResult);
     }
 
     #[test]

@@ -58,6 +58,7 @@ pub use answers::{
     Ticket,
 };
 pub use clock::{Clock, ManualClock, Monotonic, SystemClock};
+pub use decide::NextStep;
 pub use error::{Error, Result};
 pub use jobs::{JobApplied, JobUpdate};
 pub use retention::{
@@ -284,6 +285,34 @@ impl Ledger {
             r.status == ExecutionStatus::Executing
                 && r.attempt_count == attempt.attempt
                 && r.owner_session.as_ref() == Some(self.session_id())
+        }))
+    }
+
+    /// What the app does next with `rec` (by the same table as `begin`):
+    /// for listings of what needs attention.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn next_step(&self, rec: &ExecutionRecord) -> Result<NextStep> {
+        let (has_items, op) = self.read(|dao| {
+            Ok((
+                dao.has_batch_items(&rec.execution_id)?,
+                dao.operation_status(&rec.operation_id)?,
+            ))
+        })?;
+        Ok(NextStep::of(&decide::Facts {
+            status: rec.status,
+            retryable: rec.retryable,
+            requires_approval: rec.requires_approval,
+            same_digest: true,
+            op_cancelled: matches!(
+                op,
+                Some(
+                    crate::model::OperationStatus::Cancelled
+                        | crate::model::OperationStatus::CancelledAfterSideEffect
+                )
+            ),
+            has_items: has_items && rec.status == ExecutionStatus::FailedBeforeCommit,
         }))
     }
 

@@ -10,7 +10,6 @@ use std::fmt;
 
 /// The model provider (or protocol) a tool call came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum Provider {
     /// OpenAI Chat Completions (`choices[].message.tool_calls`).
     OpenAiChat,

@@ -1,0 +1,120 @@
+//! `toolledger export <db>`: every execution as one JSON line.
+//!
+//! Without `--show-args` a line carries ids, tool, status, attempts, flags and
+//! times, never values: no arguments, no result, no external id, no reason.
+//! With `--show-args` it adds `args` and `result` (as JSON), `external_id` and
+//! `reason`, for someone who is allowed to see them. Lines go to stdout or to
+//! `--out <file>`; progress and the summary go to stderr.
+//!
+//! The file is opened read-only and never written (an older schema is read
+//! from a migrated copy). The store is read page by page (500 rows per read transaction), so a large
+//! database neither holds a long read snapshot nor sits in memory at once.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+
+use serde_json::{json, Value};
+use toolledger::model::ExecutionRecord;
+
+use crate::args::ExportArgs;
+use crate::maintenance::open_for_reading;
+use crate::progress::Progress;
+use crate::{CliError, CliResult};
+
+const PAGE: u32 = 500;
+
+/// Runs `export`.
+///
+/// # Errors
+/// A missing file; the store's typed errors; I/O errors of the output.
+pub fn run(args: &ExportArgs) -> CliResult<()> {
+    let store_err = |e: toolledger::store::Error| CliError::Ledger(e.into());
+    let reading = open_for_reading(&args.db.db)?;
+    let store = reading.store()?;
+    let total = store.read(|dao| dao.execution_count()).map_err(store_err)?;
+    let mut out: Box<dyn Write> = match &args.out {
+        Some(path) => Box::new(BufWriter::new(File::create(path)?)),
+        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+    };
+    let mut bar = Progress::new("export", total);
+    let mut cursor = 0;
+    let mut written = 0u64;
+    loop {
+        let page = store
+            .read(|dao| dao.executions_page(cursor, PAGE))
+            .map_err(store_err)?;
+        let Some((last, _)) = page.last() else { break };
+        cursor = *last;
+        for (_, rec) in &page {
+            match writeln!(out, "{}", line(rec, args.db.show_args)) {
+                Ok(()) => {}
+                // `toolledger export db | head`: stop quietly.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+            written += 1;
+        }
+        bar.update(written, total);
+        if page.len() < PAGE as usize {
+            break;
+        }
+    }
+    match out.flush() {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    bar.finish(written);
+    let target = args
+        .out
+        .as_ref()
+        .map_or_else(|| "stdout".to_owned(), |p| p.display().to_string());
+    eprintln!(
+        "export: {written} execution(s) written to {target}{}",
+        if args.db.show_args {
+            " (with argument and result values)"
+        } else {
+            " (no argument or result values; --show-args to include them)"
+        }
+    );
+    Ok(())
+}
+
+/// Parses stored JSON back into a value (it was canonical when stored).
+fn as_json(text: Option<&str>) -> Value {
+    text.map_or(Value::Null, |t| {
+        serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_owned()))
+    })
+}
+
+fn line(r: &ExecutionRecord, show_args: bool) -> Value {
+    let mut v = json!({
+        "format_version": crate::FORMAT_VERSION,
+        "execution_id": r.execution_id.as_str(),
+        "operation_id": r.operation_id.as_str(),
+        "round": r.round,
+        "position": r.position,
+        "provider": r.provider.as_str(),
+        "provider_call_id": r.provider_call_id,
+        "tool": r.tool_name,
+        "tool_version": r.tool_version,
+        "args_digest": r.args_digest.as_str(),
+        "downstream_key": r.downstream_key.as_str(),
+        "requires_approval": r.requires_approval,
+        "status": r.status.as_str(),
+        "attempts": r.attempt_count,
+        "retryable": r.retryable,
+        "has_result": r.result_json.is_some(),
+        "has_external_id": r.external_id.is_some(),
+        "compensates": r.compensates.as_ref().map(|c| c.as_str()),
+        "created_ms": r.created_ms,
+        "updated_ms": r.updated_ms,
+    });
+    if show_args {
+        v["args"] = as_json(Some(&r.args_json));
+        v["result"] = as_json(r.result_json.as_deref());
+        v["external_id"] = json!(r.external_id);
+        v["reason"] = json!(r.last_reason);
+    }
+    v
+}

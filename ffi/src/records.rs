@@ -1,0 +1,456 @@
+//! The ledger's values as FFI records and enums, each converted from (and,
+//! where apps send it, into) its core type with `From`. No logic here.
+
+use std::time::Duration;
+
+use toolledger_core::ledger;
+use toolledger_core::model::{self, ArgsDigest, DownstreamKey, ExecutionId, JsonLimits};
+
+/// The model provider (or protocol) a tool call came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum Provider {
+    /// OpenAI Chat Completions (`choices[].message.tool_calls`).
+    OpenAiChat,
+    /// OpenAI Responses API (`output[]` items of type `function_call`).
+    OpenAiResponses,
+    /// Anthropic Messages (`content[]` blocks of type `tool_use`).
+    Anthropic,
+    /// Google Gemini (`candidates[].content.parts[].functionCall`).
+    Gemini,
+    /// Model Context Protocol `tools/call` JSON-RPC requests.
+    Mcp,
+    /// A call built by the app itself.
+    Custom,
+}
+
+impl From<model::Provider> for Provider {
+    fn from(p: model::Provider) -> Provider {
+        match p {
+            model::Provider::OpenAiChat => Provider::OpenAiChat,
+            model::Provider::OpenAiResponses => Provider::OpenAiResponses,
+            model::Provider::Anthropic => Provider::Anthropic,
+            model::Provider::Gemini => Provider::Gemini,
+            model::Provider::Mcp => Provider::Mcp,
+            model::Provider::Custom => Provider::Custom,
+        }
+    }
+}
+
+impl From<Provider> for model::Provider {
+    fn from(p: Provider) -> model::Provider {
+        match p {
+            Provider::OpenAiChat => model::Provider::OpenAiChat,
+            Provider::OpenAiResponses => model::Provider::OpenAiResponses,
+            Provider::Anthropic => model::Provider::Anthropic,
+            Provider::Gemini => model::Provider::Gemini,
+            Provider::Mcp => model::Provider::Mcp,
+            Provider::Custom => model::Provider::Custom,
+        }
+    }
+}
+
+/// One tool call the model asked for, in provider-neutral form.
+// No `Debug`: it holds argument or result values, which are never logged.
+#[derive(Clone, PartialEq, Eq, uniffi::Record)]
+pub struct ToolCall {
+    /// Where the call came from (`Custom` for calls the app builds).
+    pub provider: Provider,
+    /// The provider's call id (`call_…`, `toolu_…`, an MCP request id).
+    pub call_id: String,
+    /// The tool (function) name the model chose.
+    pub tool_name: String,
+    /// The arguments as JSON text (an object).
+    pub arguments: String,
+    /// Position of the call within its model response, from 0.
+    #[uniffi(default = 0)]
+    pub position: u32,
+    /// True when `call_id` was derived because the provider sent none.
+    #[uniffi(default = false)]
+    pub call_id_derived: bool,
+}
+
+impl From<model::ToolCall> for ToolCall {
+    fn from(c: model::ToolCall) -> ToolCall {
+        ToolCall {
+            provider: c.provider.into(),
+            call_id: c.call_id,
+            tool_name: c.tool_name,
+            arguments: c.arguments,
+            position: c.position,
+            call_id_derived: c.call_id_derived,
+        }
+    }
+}
+
+impl From<ToolCall> for model::ToolCall {
+    fn from(c: ToolCall) -> model::ToolCall {
+        model::ToolCall {
+            provider: c.provider.into(),
+            call_id: c.call_id,
+            call_id_derived: c.call_id_derived,
+            tool_name: c.tool_name,
+            arguments: c.arguments,
+            position: c.position,
+        }
+    }
+}
+
+/// One call to begin with the ledger directly: the call plus what the app's
+/// tool registry knows about the tool.
+// No `Debug`: it holds argument or result values, which are never logged.
+#[derive(Clone, PartialEq, Eq, uniffi::Record)]
+pub struct CallSpec {
+    /// The call as the model asked for it.
+    pub call: ToolCall,
+    /// The tool's version (part of the identity and of the digest).
+    pub tool_version: u32,
+    /// Whether a human must approve these exact arguments first.
+    #[uniffi(default = false)]
+    pub requires_approval: bool,
+}
+
+impl From<CallSpec> for ledger::CallSpec {
+    fn from(s: CallSpec) -> ledger::CallSpec {
+        ledger::CallSpec {
+            call: s.call.into(),
+            tool_version: s.tool_version,
+            requires_approval: s.requires_approval,
+        }
+    }
+}
+
+/// Permission to run one attempt: the record is durably `executing`.
+// No `Debug`: it holds argument or result values, which are never logged.
+#[derive(Clone, PartialEq, Eq, uniffi::Record)]
+pub struct Ticket {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The idempotency key to send downstream (the same on every attempt).
+    pub downstream_key: DownstreamKey,
+    /// This attempt's number, from 1.
+    pub attempt: u32,
+    /// Tool name.
+    pub tool_name: String,
+    /// Tool version.
+    pub tool_version: u32,
+    /// The arguments as the model sent them (checked JSON, not rewritten).
+    pub args_json: String,
+    /// Their digest.
+    pub args_digest: ArgsDigest,
+    /// An external id already known from an earlier attempt.
+    pub external_id: Option<String>,
+}
+
+impl Ticket {
+    pub(crate) fn attempt_id(&self) -> ledger::AttemptId {
+        ledger::AttemptId::new(self.execution_id.clone(), self.attempt)
+    }
+}
+
+impl From<ledger::Ticket> for Ticket {
+    fn from(t: ledger::Ticket) -> Ticket {
+        Ticket {
+            execution_id: t.execution_id,
+            downstream_key: t.downstream_key,
+            attempt: t.attempt,
+            tool_name: t.tool_name,
+            tool_version: t.tool_version,
+            args_json: t.args_json,
+            args_digest: t.args_digest,
+            external_id: t.external_id,
+        }
+    }
+}
+
+/// A committed result as stored: hand it to the model, again and again.
+// No `Debug`: it holds argument or result values, which are never logged.
+#[derive(Clone, PartialEq, Eq, uniffi::Record)]
+pub struct StoredResult {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The result JSON, byte for byte as committed.
+    pub result_json: String,
+    /// The downstream's id for the effect, if any.
+    pub external_id: Option<String>,
+    /// True for an independent batch that committed only some items (the
+    /// result says which happened and which did not).
+    pub partial: bool,
+}
+
+impl From<ledger::StoredResult> for StoredResult {
+    fn from(r: ledger::StoredResult) -> StoredResult {
+        StoredResult {
+            execution_id: r.execution_id,
+            result_json: r.result_json,
+            external_id: r.external_id,
+            partial: r.partial,
+        }
+    }
+}
+
+/// What an approver must see: the tool and the exact arguments, by digest.
+// No `Debug`: it holds argument or result values, which are never logged.
+#[derive(Clone, PartialEq, Eq, uniffi::Record)]
+pub struct ApprovalRequest {
+    /// The execution waiting for approval.
+    pub execution_id: ExecutionId,
+    /// Tool name.
+    pub tool_name: String,
+    /// The arguments as the model sent them, for the app's preview (never
+    /// log them).
+    pub args_json: String,
+    /// The digest an approval must name.
+    pub args_digest: ArgsDigest,
+}
+
+impl From<ledger::ApprovalRequest> for ApprovalRequest {
+    fn from(a: ledger::ApprovalRequest) -> ApprovalRequest {
+        ApprovalRequest {
+            execution_id: a.execution_id,
+            tool_name: a.tool_name,
+            args_json: a.args_json,
+            args_digest: a.args_digest,
+        }
+    }
+}
+
+/// The answer of `begin`: what the caller must do with this call now.
+// No `Debug`: it holds argument or result values, which are never logged.
+#[derive(Clone, PartialEq, Eq, uniffi::Enum)]
+pub enum Begin {
+    /// Run the tool now, sending the ticket's downstream key.
+    Execute {
+        /// The attempt's ticket.
+        ticket: Ticket,
+    },
+    /// Ask a human; nothing runs until `approve` names this digest.
+    NeedsApproval {
+        /// What to show.
+        request: ApprovalRequest,
+    },
+    /// Already committed: hand this stored result to the model. Never run.
+    Replay {
+        /// The stored result.
+        result: StoredResult,
+    },
+    /// The id is known with different arguments. Never run.
+    Conflict {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// Digest of the recorded arguments.
+        stored_digest: ArgsDigest,
+        /// Digest of the arguments just offered.
+        new_digest: ArgsDigest,
+    },
+    /// A live session is running it right now (or a suspended one, whose
+    /// claim lapses after `retry_after_ms`).
+    InFlight {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// When to ask again, in ms, if known.
+        retry_after_ms: Option<u64>,
+    },
+    /// The outcome is unknown: reconcile (look the effect up) first.
+    Reconcile {
+        /// The ticket of the attempt whose outcome is unknown.
+        ticket: Ticket,
+    },
+    /// It failed before committing and may not be retried.
+    Failed {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// The recorded reason.
+        reason: String,
+    },
+    /// A human rejected it.
+    Rejected {
+        /// The execution.
+        execution_id: ExecutionId,
+    },
+    /// It (or its operation) was cancelled before committing.
+    Cancelled {
+        /// The execution.
+        execution_id: ExecutionId,
+    },
+}
+
+impl From<ledger::Begin> for Begin {
+    fn from(b: ledger::Begin) -> Begin {
+        use ledger::Begin as B;
+        match b {
+            B::Execute(ticket) => Begin::Execute {
+                ticket: ticket.into(),
+            },
+            B::NeedsApproval(request) => Begin::NeedsApproval {
+                request: request.into(),
+            },
+            B::Replay(result) => Begin::Replay {
+                result: result.into(),
+            },
+            B::Conflict {
+                execution_id,
+                stored_digest,
+                new_digest,
+            } => Begin::Conflict {
+                execution_id,
+                stored_digest,
+                new_digest,
+            },
+            B::InFlight {
+                execution_id,
+                retry_after,
+            } => Begin::InFlight {
+                execution_id,
+                retry_after_ms: retry_after.map(millis),
+            },
+            B::Reconcile(ticket) => Begin::Reconcile {
+                ticket: ticket.into(),
+            },
+            B::Failed {
+                execution_id,
+                reason,
+            } => Begin::Failed {
+                execution_id,
+                reason,
+            },
+            B::Rejected { execution_id } => Begin::Rejected { execution_id },
+            B::Cancelled { execution_id } => Begin::Cancelled { execution_id },
+        }
+    }
+}
+
+/// How the app resolved an unknown outcome (e.g. the user checked their bank).
+// No `Debug`: it holds argument or result values, which are never logged.
+#[derive(Clone, PartialEq, Eq, uniffi::Enum)]
+pub enum Resolution {
+    /// The effect exists downstream: commit this result.
+    Found {
+        /// The result to store and hand to the model.
+        result_json: String,
+        /// The downstream's id for it.
+        external_id: Option<String>,
+    },
+    /// Provably absent downstream: run again under the same key.
+    NotFoundRetry,
+    /// Provably absent, and no retry is wanted.
+    NotFoundAbandon {
+        /// Why (no argument values).
+        reason: String,
+    },
+}
+
+impl From<Resolution> for ledger::Resolution {
+    fn from(r: Resolution) -> ledger::Resolution {
+        match r {
+            Resolution::Found {
+                result_json,
+                external_id,
+            } => ledger::Resolution::Found {
+                result_json,
+                external_id,
+            },
+            Resolution::NotFoundRetry => ledger::Resolution::NotFoundRetry,
+            Resolution::NotFoundAbandon { reason } => {
+                ledger::Resolution::NotFoundAbandon { reason }
+            }
+        }
+    }
+}
+
+/// What `resolve_unknown` on the ledger led to.
+// No `Debug`: it holds argument or result values, which are never logged.
+#[derive(Clone, PartialEq, Eq, uniffi::Enum)]
+pub enum Resolved {
+    /// Committed with the found result.
+    Committed {
+        /// The stored result.
+        result: StoredResult,
+    },
+    /// Back to `executing` for the next attempt under the same key: run it.
+    Retry {
+        /// The new attempt's ticket.
+        ticket: Ticket,
+    },
+    /// Recorded as failed before commit.
+    Failed,
+    /// Not found, in a cancelled operation: recorded as cancelled; nothing
+    /// is sent again.
+    Cancelled,
+    /// Not found, and items of the batch committed: recorded as the partial
+    /// commit it is.
+    Partial {
+        /// The stored (partial) result.
+        result: StoredResult,
+    },
+}
+
+impl From<ledger::Resolved> for Resolved {
+    fn from(r: ledger::Resolved) -> Resolved {
+        match r {
+            ledger::Resolved::Committed(s) => Resolved::Committed { result: s.into() },
+            ledger::Resolved::Retry(t) => Resolved::Retry { ticket: t.into() },
+            ledger::Resolved::Failed => Resolved::Failed,
+            ledger::Resolved::Cancelled => Resolved::Cancelled,
+            ledger::Resolved::Partial(s) => Resolved::Partial { result: s.into() },
+        }
+    }
+}
+
+/// A duration in whole milliseconds (saturating).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The largest busy timeout SQLite accepts, in milliseconds (`i32::MAX`).
+const MAX_BUSY_TIMEOUT_MS: u64 = 2_147_483_647;
+
+/// How a ledger behaves. Every field has a default.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct LedgerConfig {
+    /// How long a suspended session stays the owner of the calls it was
+    /// running, in ms (boot clock, from `suspend()`); after that, other
+    /// sessions reconcile them. A running session owns its calls for as long
+    /// as it lives.
+    #[uniffi(default = 60000)]
+    pub lease_ms: u64,
+    /// How long a write waits for another process's lock, in ms (at most
+    /// 2^31 - 1; larger values are clamped).
+    #[uniffi(default = 5000)]
+    pub busy_timeout_ms: u64,
+    /// Deepest accepted nesting of argument and result JSON.
+    #[uniffi(default = 64)]
+    pub max_json_depth: u32,
+    /// Largest accepted argument or result JSON, in bytes.
+    #[uniffi(default = 1048576)]
+    pub max_json_bytes: u64,
+}
+
+impl From<LedgerConfig> for ledger::LedgerConfig {
+    fn from(c: LedgerConfig) -> ledger::LedgerConfig {
+        ledger::LedgerConfig {
+            lease: Duration::from_millis(c.lease_ms),
+            // SQLite takes the busy timeout as an i32 of milliseconds (and
+            // rusqlite panics above that): ~24 days is "forever" anyway.
+            busy_timeout: Duration::from_millis(c.busy_timeout_ms.min(MAX_BUSY_TIMEOUT_MS)),
+            json_limits: JsonLimits {
+                max_depth: usize::try_from(c.max_json_depth).unwrap_or(usize::MAX),
+                max_bytes: usize::try_from(c.max_json_bytes).unwrap_or(usize::MAX),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_defaults_match_the_core() {
+        // The `#[uniffi(default = …)]` literals above must track the core.
+        let core = ledger::LedgerConfig::default();
+        assert_eq!(core.lease, Duration::from_millis(60000));
+        assert_eq!(core.busy_timeout, Duration::from_millis(5000));
+        assert_eq!(core.json_limits.max_depth, 64);
+        assert_eq!(core.json_limits.max_bytes, 1048576);
+    }
+}

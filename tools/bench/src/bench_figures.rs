@@ -1,0 +1,398 @@
+//! The measurements of `toolledger-bench`, one function per figure. Each one
+//! uses its own database file in the run's directory, so one figure's WAL or
+//! history never colours another's.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::runtime::Runtime;
+use toolledger::executor::{CallOutcome, Executor, ExecutorConfig};
+use toolledger::ledger::{Begin, CallSpec, Ledger, LedgerConfig};
+use toolledger::model::{ExecutionId, ExecutionIdParts, OperationId, ToolCall};
+use toolledger::store::{Durability, Store, StoreOptions};
+
+use crate::bench_support::{marker, result_200, wal_commits, Floor, NoopSend, Samples, ARGS};
+use crate::{CliError, CliResult};
+
+fn other(msg: impl Into<String>) -> CliError {
+    CliError::Other(msg.into())
+}
+
+/// The operation, round and call of happy-path call `i` of series `series`:
+/// 8 rounds of one call per operation.
+fn call_of(series: &str, i: u64) -> CliResult<(OperationId, u32, ToolCall)> {
+    let op = OperationId::new(format!("bench_{series}_op_{}", i / 8))?;
+    let call = ToolCall::custom(format!("call_{i}"), "send_email", ARGS);
+    Ok((op, (i % 8) as u32, call))
+}
+
+/// One side-effecting call through the Ledger API: durable intent, the no-op
+/// tool, durable result, lazy delivery mark.
+pub fn ledger_call(ledger: &Ledger, series: &str, i: u64, result: &str) -> CliResult<u64> {
+    let (op, round, call) = call_of(series, i)?;
+    let spec = CallSpec::new(call, 1);
+    let started = Instant::now();
+    let Begin::Execute(ticket) = ledger.begin(&op, round, &spec)? else {
+        return Err(other("bench: a fresh call was not answered Execute"));
+    };
+    ledger.commit(&ticket.attempt_id(), result, None)?;
+    ledger.mark_delivered(std::slice::from_ref(&ticket.execution_id))?;
+    Ok(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn executor_call(rt: &Runtime, executor: &Executor, i: u64) -> CliResult<u64> {
+    let (op, round, call) = call_of("x", i)?;
+    let started = Instant::now();
+    let outcome = rt
+        .block_on(executor.execute(&op, round, call))
+        .map_err(|e| other(format!("bench: executor: {e}")))?;
+    let CallOutcome::Completed {
+        execution_id,
+        replayed: false,
+        ..
+    } = outcome
+    else {
+        return Err(other(format!("bench: executor answered {outcome:?}")));
+    };
+    executor
+        .ledger()
+        .mark_delivered(std::slice::from_ref(&execution_id))?;
+    Ok(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn floor_id(i: u64) -> CliResult<String> {
+    let (op, round, call) = call_of("f", i)?;
+    Ok(ExecutionId::derive(&ExecutionIdParts {
+        operation: &op,
+        round,
+        call_id: &call.call_id,
+        tool_name: &call.tool_name,
+        tool_version: 1,
+    })?
+    .to_string())
+}
+
+/// Opens a ledger file with the system clock.
+pub fn open_ledger(path: &Path) -> CliResult<Arc<Ledger>> {
+    Ok(Arc::new(Ledger::open(path, LedgerConfig::default())?))
+}
+
+/// Latencies of the three happy paths, measured side by side.
+pub struct HappyPath {
+    /// (a) the raw-SQLite floor.
+    pub floor: Samples,
+    /// (b) the Ledger API.
+    pub ledger: Samples,
+    /// (b') the Executor (plus `mark_delivered`).
+    pub executor: Samples,
+    /// Wall time of each series, nanoseconds (the ratio uses these).
+    pub totals: [u64; 3],
+}
+
+/// Runs `batches` rounds of `calls` floor, Ledger and Executor calls, in a
+/// rotating order so that machine noise hits all three alike.
+pub fn happy_path(
+    dir: &Path,
+    rt: &Runtime,
+    calls: u64,
+    batches: u64,
+) -> CliResult<(HappyPath, Arc<Ledger>)> {
+    let mut floor = Floor::open(&dir.join("floor.db"))?;
+    let ledger = open_ledger(&dir.join("happy.db"))?;
+    let executor = Executor::new(ledger.clone(), ExecutorConfig::default());
+    executor
+        .register(Arc::new(NoopSend {
+            result: result_200(),
+        }))
+        .map_err(|e| other(format!("bench: {e}")))?;
+    let result = result_200();
+    let mut out = HappyPath {
+        floor: Samples::default(),
+        ledger: Samples::default(),
+        executor: Samples::default(),
+        totals: [0; 3],
+    };
+    let (mut fi, mut li, mut xi) = (0u64, 0u64, 0u64);
+    for batch in 0..batches {
+        for k in 0..3 {
+            let kind = (k + batch) % 3;
+            for _ in 0..calls {
+                let ns = match kind {
+                    0 => {
+                        let id = floor_id(fi)?;
+                        fi += 1;
+                        let started = Instant::now();
+                        floor.call(&id, &result)?;
+                        let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                        out.floor.0.push(ns);
+                        ns
+                    }
+                    1 => {
+                        let ns = ledger_call(&ledger, "l", li, &result)?;
+                        li += 1;
+                        out.ledger.0.push(ns);
+                        ns
+                    }
+                    _ => {
+                        let ns = executor_call(rt, &executor, xi)?;
+                        xi += 1;
+                        out.executor.0.push(ns);
+                        ns
+                    }
+                };
+                out.totals[kind as usize] += ns;
+            }
+        }
+    }
+    Ok((out, ledger))
+}
+
+/// Replay latency of a committed call and the WAL commits it caused.
+pub fn replay(ledger: &Ledger, path: &Path, samples: u64) -> CliResult<(Samples, u64)> {
+    let (op, round, call) = call_of("l", 0)?;
+    let spec = CallSpec::new(call, 1);
+    let before = wal_commits(path)?;
+    let mut out = Samples::default();
+    for _ in 0..samples {
+        let started = Instant::now();
+        let answer = ledger.begin(&op, round, &spec)?;
+        out.push(started.elapsed());
+        if !matches!(answer, Begin::Replay(_)) {
+            return Err(other("bench: a committed call was not replayed"));
+        }
+    }
+    let after = wal_commits(path)?;
+    Ok((out, commits_between(before, after)))
+}
+
+/// WAL commits between two readings (a restarted WAL counts from zero).
+pub fn commits_between(before: (u64, u64), after: (u64, u64)) -> u64 {
+    if before.0 == after.0 {
+        after.1.saturating_sub(before.1)
+    } else {
+        after.1
+    }
+}
+
+/// Latency of `begin_round` with 8 new calls and the WAL commits per round
+/// (in-process cross-check; rounds spanning a WAL restart are skipped).
+pub fn round8(dir: &Path, rounds: u64, markers: bool) -> CliResult<(Samples, Vec<u64>)> {
+    let path = dir.join("round8.db");
+    let ledger = open_ledger(&path)?;
+    let mut latency = Samples::default();
+    let mut commits = Vec::new();
+    for r in 0..rounds {
+        let op = OperationId::new(format!("r8_op_{r}"))?;
+        let specs: Vec<CallSpec> = (0..8u32)
+            .map(|p| {
+                let mut call = ToolCall::custom(format!("call_{p}"), "send_email", ARGS);
+                call.position = p;
+                CallSpec::new(call, 1)
+            })
+            .collect();
+        let before = if markers { (0, 0) } else { wal_commits(&path)? };
+        if markers {
+            marker();
+        }
+        let started = Instant::now();
+        let answers = ledger.begin_round(&op, 0, &specs)?;
+        latency.push(started.elapsed());
+        if answers.iter().any(|a| !matches!(a, Begin::Execute(_))) {
+            return Err(other("bench: a fresh round was not answered Execute"));
+        }
+        if !markers {
+            let after = wal_commits(&path)?;
+            if before.0 == after.0 {
+                commits.push(after.1.saturating_sub(before.1));
+            }
+        }
+    }
+    if markers {
+        marker();
+    }
+    commits.sort_unstable();
+    Ok((latency, commits))
+}
+
+/// Database bytes per execution (after a checkpoint, result excluded) and
+/// the bytes per table and index, from `dbstat`.
+pub fn bytes_per_execution(dir: &Path, calls: u64) -> CliResult<(f64, Vec<(String, f64)>)> {
+    let path = dir.join("bytes.db");
+    let ledger = open_ledger(&path)?;
+    let result = result_200();
+    // Warm up: schema pages and the first pages of every table exist.
+    for i in 0..64 {
+        ledger_call(&ledger, "w", i, &result)?;
+    }
+    ledger.checkpoint()?;
+    let before_file = std::fs::metadata(&path)?.len();
+    let before_tables = table_bytes(&path)?;
+    for i in 0..calls {
+        ledger_call(&ledger, "b", i, &result)?;
+    }
+    ledger.checkpoint()?;
+    let after_file = std::fs::metadata(&path)?.len();
+    let after_tables = table_bytes(&path)?;
+    let per = (after_file.saturating_sub(before_file)) as f64 / calls as f64 - 200.0;
+    let breakdown = after_tables
+        .into_iter()
+        .map(|(name, bytes)| {
+            let old = before_tables
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(0, |(_, b)| *b);
+            (name, bytes.saturating_sub(old) as f64 / calls as f64)
+        })
+        .filter(|(_, b)| *b > 0.0)
+        .collect();
+    Ok((per, breakdown))
+}
+
+/// Bytes per table and index, read through the store on a second connection.
+fn table_bytes(path: &Path) -> CliResult<Vec<(String, u64)>> {
+    let store = Store::open(path, StoreOptions::default()).map_err(store_err)?;
+    store.read(|dao| dao.bytes_per_object()).map_err(store_err)
+}
+
+/// What the recover figure found.
+pub struct RecoverFigure {
+    /// The first `recover()` after opening (it marks the dead session's rows
+    /// `outcome_unknown`: one lazy write, no sync).
+    pub first_ms: f64,
+    /// Further `recover()` calls (nothing to write).
+    pub repeat: Samples,
+    /// What it returned.
+    pub pending: usize,
+    /// Historical rows.
+    pub rows: u64,
+    /// Seconds spent building the database.
+    pub build_s: f64,
+    /// `EXPLAIN QUERY PLAN` of the attention scan.
+    pub plan: Vec<String>,
+}
+
+/// Builds a database of `rows` delivered executions plus 100 pending ones
+/// (25 executing in a dead session, 25 awaiting approval, 25 committed but
+/// not delivered, 25 outcome unknown), then times `recover()`.
+pub fn recover(dir: &Path, rows: u64) -> CliResult<RecoverFigure> {
+    let path = dir.join("recover.db");
+    let started = Instant::now();
+    {
+        let store = Store::open(&path, StoreOptions::default()).map_err(store_err)?;
+        let session = toolledger::model::SessionId::generate();
+        let chunk = 100_000;
+        let mut done = 0;
+        let start_ms = 1_600_000_000_000;
+        while done < rows {
+            let n = chunk.min(rows - done);
+            store
+                .write(Durability::Lazy, |dao| {
+                    dao.fill_history_for_bench(
+                        &format!("{:04}", done / chunk),
+                        n,
+                        start_ms + done as i64,
+                        &result_200(),
+                        &session,
+                    )
+                })
+                .map_err(store_err)?;
+            done += n;
+            eprintln!("bench: recover database: {done}/{rows} historical executions");
+        }
+        store.checkpoint().map_err(store_err)?;
+    }
+    let result = result_200();
+    {
+        // 25 executing rows owned by a session that then dies.
+        let dead = open_ledger(&path)?;
+        for i in 0..25 {
+            let (op, round, call) = call_of("dead", i)?;
+            let _ = dead.begin(&op, round, &CallSpec::new(call, 1))?;
+        }
+    }
+    {
+        let ledger = open_ledger(&path)?;
+        for i in 0..25 {
+            let (op, round, call) = call_of("approve", i)?;
+            let _ = ledger.begin(&op, round, &CallSpec::new(call, 1).with_approval())?;
+            let (op, round, call) = call_of("undelivered", i)?;
+            if let Begin::Execute(t) = ledger.begin(&op, round, &CallSpec::new(call, 1))? {
+                ledger.commit(&t.attempt_id(), &result, None)?;
+            }
+            let (op, round, call) = call_of("unknown", i)?;
+            if let Begin::Execute(t) = ledger.begin(&op, round, &CallSpec::new(call, 1))? {
+                ledger.mark_outcome_unknown(&t.attempt_id(), "bench: timed out")?;
+            }
+        }
+        ledger.checkpoint()?;
+    }
+    let build_s = started.elapsed().as_secs_f64();
+    let plan = {
+        let store = Store::open(&path, StoreOptions::default()).map_err(store_err)?;
+        store
+            .read(|dao| dao.attention_query_plan())
+            .map_err(store_err)?
+    };
+    let ledger = open_ledger(&path)?;
+    let started = Instant::now();
+    let pending = ledger.recover()?;
+    let first_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let mut repeat = Samples::default();
+    for _ in 0..20 {
+        let started = Instant::now();
+        let again = ledger.recover()?;
+        repeat.push(started.elapsed());
+        if again.len() != pending.len() {
+            return Err(other("bench: recover() changed its answer"));
+        }
+    }
+    Ok(RecoverFigure {
+        first_ms,
+        repeat,
+        pending: pending.len(),
+        rows,
+        build_s,
+        plan,
+    })
+}
+
+fn store_err(e: toolledger::store::Error) -> CliError {
+    CliError::Ledger(e.into())
+}
+
+/// `--only happy-path|floor --markers`: N calls with a strace marker before
+/// each and after the last.
+pub fn only_calls(dir: &Path, floor: bool, calls: u64, markers: bool) -> CliResult<()> {
+    let result = result_200();
+    let mut total_ns = 0u64;
+    if floor {
+        let mut f = Floor::open(&dir.join("floor.db"))?;
+        for i in 0..calls {
+            let id = floor_id(i)?;
+            if markers {
+                marker();
+            }
+            let started = Instant::now();
+            f.call(&id, &result)?;
+            total_ns += u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        }
+    } else {
+        let ledger = open_ledger(&dir.join("happy.db"))?;
+        for i in 0..calls {
+            if markers {
+                marker();
+            }
+            total_ns += ledger_call(&ledger, "l", i, &result)?;
+        }
+    }
+    if markers {
+        marker();
+    }
+    // For the parent: the mean per call, in microseconds.
+    say!(
+        "mean_us={:.1}",
+        total_ns as f64 / calls.max(1) as f64 / 1000.0
+    );
+    Ok(())
+}
