@@ -44,4 +44,4 @@ pub mod executor;
 pub mod ledger;
 pub mod model;
 pub mod provider;
-pub mod store;
+mod store;

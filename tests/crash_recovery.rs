@@ -300,7 +300,7 @@ fn resume_without_suspend_returns_and_suspend_twice_is_harmless() {
     assert!(matches!(
         ledger.begin(&op("op"), 0, &spec("c", "t", "{}")),
         Err(toolledger::ledger::Error::Store(
-            toolledger::store::Error::Suspended
+            toolledger::ledger::StorageError::Suspended
         ))
     ));
     ledger.resume().unwrap();

@@ -477,7 +477,7 @@ fn a_symlink_or_a_hard_link_is_the_same_ledger() {
     assert!(
         matches!(
             err,
-            Error::Store(toolledger::store::Error::MultipleLinks { links: 2 })
+            Error::Store(toolledger::ledger::StorageError::MultipleLinks { links: 2 })
         ),
         "{err:?}"
     );

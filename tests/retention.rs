@@ -17,12 +17,12 @@ use toolledger::executor::{
     CallOutcome, Executor, ExecutorConfig, PerformOutcome, ToolDescriptor, ToolError, ToolHandler,
     ToolRequest,
 };
+use toolledger::ledger::SCHEMA_VERSION as CURRENT_VERSION;
 use toolledger::ledger::{
     Begin, JobUpdate, Ledger, PruneCutoff, PruneOptions, Resolution, PRUNED_EXECUTED_REASON,
     PRUNED_FAILED_REASON,
 };
 use toolledger::model::{ExecutionId, ExecutionStatus, OperationStatus};
-use toolledger::store::{schema::CURRENT_VERSION, Store, StoreOptions};
 
 const DAY_MS: i64 = 86_400_000;
 const V1_DDL: &str = include_str!("../src/store/migrations/001_initial.sql");
@@ -478,20 +478,6 @@ fn pruning_shrinks_the_file_after_the_checkpoint() {
         .unwrap_or(0);
     assert_eq!(wal, 0, "the WAL was checkpointed and truncated");
     assert_eq!(ledger.tombstone_count().unwrap(), 400);
-}
-
-#[test]
-fn recover_reads_only_the_rows_that_need_attention() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l.db");
-    let store = Store::open(&path, StoreOptions::default()).unwrap();
-    let plan = store.read(|dao| dao.attention_query_plan()).unwrap();
-    assert!(
-        plan.iter()
-            .any(|step| step.contains("USING INDEX executions_needing_attention")),
-        "{plan:?}"
-    );
-    assert!(!plan.iter().any(|step| step.starts_with("SCAN executions")));
 }
 
 /// A version 1 database, written by the version 1 DDL, with one execution of

@@ -19,9 +19,9 @@ use toolledger::executor::{
     CallOutcome, Error as ExecError, Executor, ExecutorConfig, PerformOutcome, ToolDescriptor,
     ToolError, ToolHandler, ToolRequest,
 };
+use toolledger::ledger::StorageError as StoreError;
 use toolledger::ledger::{Error as LedgerError, Ledger, LedgerConfig};
 use toolledger::model::{ExecutionId, ExecutionStatus, OperationId, ToolCall};
-use toolledger::store::Error as StoreError;
 
 // ---------------------------------------------------------------------------
 // Helpers

@@ -14,12 +14,13 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 
 use serde_json::{json, Value};
+use toolledger::ledger::PageCursor;
 use toolledger::model::ExecutionRecord;
 
 use crate::args::ExportArgs;
 use crate::maintenance::open_for_reading;
 use crate::progress::Progress;
-use crate::{CliError, CliResult};
+use crate::CliResult;
 
 const PAGE: u32 = 500;
 
@@ -28,24 +29,23 @@ const PAGE: u32 = 500;
 /// # Errors
 /// A missing file; the store's typed errors; I/O errors of the output.
 pub fn run(args: &ExportArgs) -> CliResult<()> {
-    let store_err = |e: toolledger::store::Error| CliError::Ledger(e.into());
     let reading = open_for_reading(&args.db.db)?;
-    let store = reading.store()?;
-    let total = store.read(|dao| dao.execution_count()).map_err(store_err)?;
+    let inspector = reading.inspector();
+    let total = inspector.execution_count()?;
     let mut out: Box<dyn Write> = match &args.out {
         Some(path) => Box::new(BufWriter::new(File::create(path)?)),
         None => Box::new(BufWriter::new(std::io::stdout().lock())),
     };
     let mut bar = Progress::new("export", total);
-    let mut cursor = 0;
+    let mut cursor = PageCursor::default();
     let mut written = 0u64;
     loop {
-        let page = store
-            .read(|dao| dao.executions_page(cursor, PAGE))
-            .map_err(store_err)?;
-        let Some((last, _)) = page.last() else { break };
-        cursor = *last;
-        for (_, rec) in &page {
+        let (page, next) = inspector.executions_page(cursor, PAGE)?;
+        if page.is_empty() {
+            break;
+        }
+        cursor = next;
+        for rec in &page {
             match writeln!(out, "{}", line(rec, args.db.show_args)) {
                 Ok(()) => {}
                 // `toolledger export db | head`: stop quietly.

@@ -13,18 +13,12 @@
 //! library's typed error and left untouched.
 
 use serde_json::{json, Value};
-use toolledger::model::{ExecutionRecord, OperationId, OperationStatus};
+use toolledger::ledger::OperationView;
+use toolledger::model::ExecutionRecord;
 
 use crate::args::InspectArgs;
 use crate::maintenance::open_for_reading;
-use crate::{CliError, CliResult};
-
-/// One operation and its executions.
-struct OperationView {
-    id: OperationId,
-    status: OperationStatus,
-    executions: Vec<ExecutionRecord>,
-}
+use crate::CliResult;
 
 /// Runs `inspect`.
 ///
@@ -33,25 +27,8 @@ struct OperationView {
 /// database, corrupt, newer schema …).
 pub fn run(args: &InspectArgs) -> CliResult<()> {
     let reading = open_for_reading(&args.db)?;
-    let (stats, operations) = reading
-        .store()?
-        .read(|dao| {
-            let stats = dao.stats()?;
-            let operations = dao
-                .operations(args.limit)?
-                .into_iter()
-                .map(|(id, status)| {
-                    let executions = dao.executions_of(&id)?;
-                    Ok(OperationView {
-                        id,
-                        status,
-                        executions,
-                    })
-                })
-                .collect::<Result<Vec<_>, toolledger::store::Error>>()?;
-            Ok::<_, toolledger::store::Error>((stats, operations))
-        })
-        .map_err(|e| CliError::Ledger(e.into()))?;
+    let stats = reading.inspector().stats()?;
+    let operations = reading.inspector().operations(args.limit)?;
     if args.json {
         let value = json!({
         "format_version": crate::FORMAT_VERSION,

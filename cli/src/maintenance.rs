@@ -17,8 +17,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use toolledger::ledger::{Ledger, LedgerConfig, PruneCutoff, PruneOptions, PruneReport};
-use toolledger::store::{Store, StoreOptions};
+use toolledger::ledger::{
+    Inspector, Ledger, LedgerConfig, PruneCutoff, PruneOptions, PruneReport, StorageError,
+};
 
 use crate::args::{Cutoff, DbArgs, PruneArgs, RecoverArgs};
 use crate::inspect::format_utc;
@@ -39,88 +40,61 @@ pub fn existing(db: &Path) -> CliResult<()> {
 }
 
 /// A database opened for looking only (`inspect`, `stats`, `export`): the
-/// file is never written. A file with an older schema (or one SQLite cannot
-/// open read-only, e.g. in a read-only directory without its `-shm`) is read
-/// from a migrated copy in a temporary directory, removed afterwards.
+/// file is never written, and a cleanly closed file gets no `-wal`/`-shm`
+/// beside it. A file with an older schema (or one SQLite cannot open
+/// read-only, e.g. in a read-only directory without its `-shm`) is read from
+/// a migrated copy in a temporary directory, removed afterwards.
 pub struct Reading {
-    store: Option<Store>,
-    copy_dir: Option<std::path::PathBuf>,
-    /// The file's own schema version when a migrated copy is read.
-    older_schema: Option<i64>,
+    inspector: Inspector,
+    /// Holds the migrated copy; dropped after the inspector (field order).
+    _scratch: Option<tempfile::TempDir>,
 }
 
 impl Reading {
     /// The schema version of the file itself, when it is older than the one
     /// read (a migrated copy).
     pub fn older_schema(&self) -> Option<i64> {
-        self.older_schema
+        self.inspector.copied_from_schema()
     }
 
-    /// The store to read from.
-    pub fn store(&self) -> CliResult<&Store> {
-        self.store
-            .as_ref()
-            .ok_or_else(|| CliError::Other("the database is closed".into()))
-    }
-}
-
-impl Drop for Reading {
-    fn drop(&mut self) {
-        // Close the copy's connection before its directory goes.
-        self.store = None;
-        if let Some(dir) = self.copy_dir.take() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+    /// The read-only view.
+    pub fn inspector(&self) -> &Inspector {
+        &self.inspector
     }
 }
 
 /// Opens `db` for reading without writing to it (see [`Reading`]).
 ///
 /// # Errors
-/// A missing file; the store's typed errors (not a database, corrupt, newer
-/// schema); I/O errors of the copy.
+/// A missing file; the ledger's typed errors (not a database, corrupt,
+/// newer schema); I/O errors of the copy.
 pub fn open_for_reading(db: &Path) -> CliResult<Reading> {
-    use toolledger::store::Error as S;
+    use toolledger::ledger::Error as L;
     existing(db)?;
-    match Store::open_read_only(db, StoreOptions::default()) {
-        Ok(store) => Ok(Reading {
-            store: Some(store),
-            copy_dir: None,
-            older_schema: None,
+    match Inspector::open(db) {
+        Ok(inspector) => Ok(Reading {
+            inspector,
+            _scratch: None,
         }),
-        Err(why @ (S::OlderSchema { .. } | S::CannotOpen | S::ReadOnly)) => {
-            let dir = std::env::temp_dir().join(format!(
-                "toolledger-read-{}-{}",
-                std::process::id(),
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0)
-            ));
-            std::fs::create_dir_all(&dir)?;
-            let mut reading = Reading {
-                store: None,
-                copy_dir: Some(dir.clone()),
-                older_schema: match why {
-                    S::OlderSchema { found, .. } => Some(found),
-                    _ => None,
-                },
-            };
-            let copy = dir.join("ledger.db");
-            std::fs::copy(db, &copy)?;
-            let mut wal = db.as_os_str().to_os_string();
-            wal.push("-wal");
-            if Path::new(&wal).is_file() {
-                std::fs::copy(&wal, dir.join("ledger.db-wal"))?;
-            }
+        Err(L::Store(
+            why @ (StorageError::OlderSchema { .. }
+            | StorageError::CannotOpen
+            | StorageError::ReadOnly),
+        )) => {
+            let scratch = tempfile::Builder::new()
+                .prefix("toolledger-read-")
+                .tempdir()?;
             eprintln!(
                 "toolledger: note: {} ({why}); reading a migrated copy, the file is left as it is",
                 db.display()
             );
-            reading.store = Some(Store::open(&copy, StoreOptions::default()).map_err(ledger_err)?);
-            Ok(reading)
+            let inspector = Inspector::open_migrated_copy(db, scratch.path())?;
+            Ok(Reading {
+                inspector,
+                _scratch: Some(scratch),
+            })
         }
-        Err(e) => Err(ledger_err(e)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -174,19 +148,15 @@ fn wal_bytes(db: &Path) -> u64 {
 /// A missing file; the store's typed errors (not a database, newer schema …).
 pub fn stats(args: &DbArgs) -> CliResult<()> {
     let reading = open_for_reading(&args.db)?;
-    let store = reading.store()?;
-    let (stats, by_tool, tombstones, size, range, version) = store
-        .read(|dao| {
-            Ok::<_, toolledger::store::Error>((
-                dao.stats()?,
-                dao.executions_by_tool()?,
-                dao.tombstone_count()?,
-                dao.size()?,
-                dao.execution_time_range()?,
-                dao.schema_version()?,
-            ))
-        })
-        .map_err(ledger_err)?;
+    let summary = reading.inspector().summary()?;
+    let (stats, by_tool, tombstones, size, range, version) = (
+        &summary.stats,
+        &summary.by_tool,
+        summary.tombstones,
+        &summary.size,
+        summary.time_range,
+        summary.schema_version,
+    );
     let executions: u64 = stats.executions_by_status.iter().map(|(_, n)| n).sum();
     let wal = wal_bytes(&args.db);
     if args.json {
@@ -258,10 +228,6 @@ pub fn stats(args: &DbArgs) -> CliResult<()> {
 
 fn counts(pairs: &[(String, u64)]) -> Value {
     Value::Object(pairs.iter().map(|(k, n)| (k.clone(), json!(n))).collect())
-}
-
-fn ledger_err(e: toolledger::store::Error) -> CliError {
-    CliError::Ledger(e.into())
 }
 
 /// Runs `recover`.

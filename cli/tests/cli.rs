@@ -334,6 +334,72 @@ fn inspect_stats_and_export_never_write_to_the_file() {
     assert!(file_bytes(&db) != before);
 }
 
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn read_only_commands_leave_no_files_beside_a_cleanly_closed_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = device_db(dir.path());
+    let path = db.to_str().unwrap();
+    let before = names_in(dir.path());
+    assert!(
+        !before
+            .iter()
+            .any(|n| n.ends_with("-wal") || n.ends_with("-shm")),
+        "{before:?}"
+    );
+    for args in [
+        &["inspect", path][..],
+        &["inspect", path, "--json"],
+        &["stats", path],
+        &["stats", path, "--json"],
+        &["export", path],
+    ] {
+        ok(args);
+        assert_eq!(names_in(dir.path()), before, "after {args:?}");
+    }
+}
+
+#[test]
+fn a_ledger_in_use_is_read_with_what_its_owner_committed_and_nothing_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = device_db(dir.path());
+    let path = db.to_str().unwrap();
+    // A live owner: its committed call sits in the WAL, not yet checkpointed.
+    let (ledger, _clock) = open_at(&db);
+    let t = ticket(
+        ledger
+            .begin(&op("op_live"), 0, &spec("c_live", "send_email", "{}"))
+            .unwrap(),
+    );
+    ledger
+        .commit(&t.attempt_id(), r#"{"ok":true}"#, None)
+        .unwrap();
+    let wal = dir.path().join("device.db-wal");
+    assert!(wal.is_file());
+    let v = json(&["stats", path, "--json"]);
+    assert_eq!(v["executions"], 10, "the WAL's commit is seen");
+    assert_eq!(v["executions_by_status"]["committed"], 2);
+    let lines = stdout(&ok(&["export", path])).lines().count();
+    assert_eq!(lines, 10);
+    assert!(wal.is_file(), "the owner's WAL is left in place");
+    // The owner goes on writing after the reads.
+    ledger
+        .mark_delivered(std::slice::from_ref(&t.execution_id))
+        .unwrap();
+    drop(ledger);
+    let v = json(&["stats", path, "--json"]);
+    assert_eq!(v["executions_by_status"]["result_delivered"], 7);
+}
+
 #[test]
 fn an_older_schema_is_read_from_a_migrated_copy_and_left_as_it_is() {
     let dir = tempfile::tempdir().unwrap();

@@ -11,9 +11,9 @@
 
 use toolledger_core::executor;
 use toolledger_core::ledger;
+use toolledger_core::ledger::StorageError;
 use toolledger_core::model::{IdError, JsonError};
 use toolledger_core::provider::ProviderError;
-use toolledger_core::store;
 
 use super::execution::ExecutionStatus;
 
@@ -149,9 +149,9 @@ impl LedgerError {
     }
 }
 
-impl From<store::Error> for LedgerError {
-    fn from(e: store::Error) -> LedgerError {
-        use store::Error as S;
+impl From<StorageError> for LedgerError {
+    fn from(e: StorageError) -> LedgerError {
+        use StorageError as S;
         let kind = match &e {
             S::Suspended => return LedgerError::Suspended,
             S::LockPoisoned => {
@@ -282,7 +282,7 @@ mod tests {
 
     #[test]
     fn storage_errors_keep_their_kind() {
-        let e: LedgerError = ledger::Error::Store(store::Error::NotADatabase).into();
+        let e: LedgerError = ledger::Error::Store(StorageError::NotADatabase).into();
         assert!(matches!(
             e,
             LedgerError::Storage {
@@ -290,7 +290,7 @@ mod tests {
                 ..
             }
         ));
-        let e: LedgerError = store::Error::Suspended.into();
+        let e: LedgerError = StorageError::Suspended.into();
         assert!(matches!(e, LedgerError::Suspended));
     }
 

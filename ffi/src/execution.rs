@@ -2,8 +2,8 @@
 //! statuses, the stored record, job updates, counts.
 
 use toolledger_core::ledger;
+use toolledger_core::ledger::StoreStats;
 use toolledger_core::model::{self, ArgsDigest, DownstreamKey, ExecutionId, OperationId};
-use toolledger_core::store::StoreStats;
 
 use super::records::{Provider, StoredResult};
 

@@ -110,7 +110,7 @@ impl Ledger {
     /// disk or a read-only file. A committed record never changes, so the
     /// answer cannot go stale. `None` when any call needs the write path.
     fn replays_only(&self, calls: &[Prepared<'_>]) -> Result<Option<Vec<Begin>>> {
-        self.store.read(|dao| {
+        self.read(|dao| {
             let mut answers = Vec::with_capacity(calls.len());
             for p in calls {
                 match dao.execution(&p.id)? {
@@ -337,6 +337,7 @@ impl Ledger {
             op_cancelled,
             has_items: rec.status == ExecutionStatus::FailedBeforeCommit
                 && dao.has_batch_items(&rec.execution_id)?,
+            pruned: false,
         };
         let mut probe_error = None;
         let decision = decide(&facts, || {
@@ -418,6 +419,11 @@ impl Ledger {
                 let reason = rec.last_reason.clone();
                 Begin::Replay(self.settle_partial(dao, &rec, None, reason.as_deref(), now)?)
             }
+            // Only a tombstone decides this (see `retention::answer_for_tombstone`).
+            Decision::PrunedAfterRun => Begin::Failed {
+                execution_id: id,
+                reason: super::PRUNED_EXECUTED_REASON.to_owned(),
+            },
         };
         Ok((answer, false))
     }

@@ -17,6 +17,8 @@
 //! | failed_before_commit, retryable | next attempt, same key → `Execute` |
 //! | failed_before_commit, not retryable | `Failed` (batch items committed: settle the partial commit → `Replay`) |
 //! | rejected / cancelled_before_commit | `Rejected` / `Cancelled` |
+//! | pruned (a tombstone): rejected / cancelled / failed | `Rejected` / `Cancelled` / `Failed` |
+//! | pruned (a tombstone): it ran (result delivered, then pruned) | `Failed` ("already executed"): never runs again |
 
 use super::owners::Liveness;
 use crate::model::ExecutionStatus;
@@ -36,6 +38,8 @@ pub(crate) struct Facts {
     pub op_cancelled: bool,
     /// Did items of it (an independent batch) commit?
     pub has_items: bool,
+    /// Only its tombstone is left (pruned): `status` is its final status.
+    pub pruned: bool,
 }
 
 /// What to do.
@@ -73,6 +77,8 @@ pub(crate) enum Decision {
     CancelNow,
     /// Record the partial commit of a batch whose items committed.
     SettlePartial,
+    /// It ran and was pruned with its result: refuse, never run again.
+    PrunedAfterRun,
 }
 
 /// What the app does next with a stored execution, by the same table (for
@@ -129,9 +135,11 @@ impl NextStep {
             Decision::NeedsApproval => NextStep::AskForApproval,
             Decision::Start | Decision::Retry => NextStep::Run,
             Decision::CancelNow => NextStep::Cancel,
-            Decision::Conflict | Decision::Failed | Decision::Rejected | Decision::Cancelled => {
-                NextStep::Nothing
-            }
+            Decision::Conflict
+            | Decision::Failed
+            | Decision::Rejected
+            | Decision::Cancelled
+            | Decision::PrunedAfterRun => NextStep::Nothing,
         }
     }
 }
@@ -141,6 +149,15 @@ pub(crate) fn decide(facts: &Facts, owner: impl FnOnce() -> Liveness) -> Decisio
     use ExecutionStatus as S;
     if !facts.same_digest {
         return Decision::Conflict;
+    }
+    if facts.pruned {
+        // Only final records are pruned; what is left answers by its status.
+        return match facts.status {
+            S::Rejected => Decision::Rejected,
+            S::CancelledBeforeCommit => Decision::Cancelled,
+            S::FailedBeforeCommit => Decision::Failed,
+            _ => Decision::PrunedAfterRun,
+        };
     }
     let settle_or = |otherwise| {
         if facts.has_items {
@@ -185,6 +202,7 @@ mod tests {
             same_digest: true,
             op_cancelled: false,
             has_items: false,
+            pruned: false,
         }
     }
 
@@ -277,6 +295,39 @@ mod tests {
         assert_eq!(NextStep::of(&f), NextStep::Run);
         assert_eq!(NextStep::of(&facts(S::ResultDelivered)), NextStep::Nothing);
         assert_eq!(NextStep::of(&facts(S::Committed)), NextStep::HandBackResult);
+    }
+
+    #[test]
+    fn a_tombstone_never_runs_again_and_still_refuses_other_arguments() {
+        for status in S::ALL {
+            let f = Facts {
+                pruned: true,
+                retryable: Some(true),
+                ..facts(status)
+            };
+            let d = decide(&f, || panic!("a tombstone has no owner"));
+            assert!(
+                matches!(
+                    d,
+                    Decision::Rejected
+                        | Decision::Cancelled
+                        | Decision::Failed
+                        | Decision::PrunedAfterRun
+                ),
+                "{status}: {d:?}"
+            );
+            let f = Facts {
+                same_digest: false,
+                ..f
+            };
+            assert_eq!(decide(&f, alive), Decision::Conflict, "{status}");
+        }
+        let f = Facts {
+            pruned: true,
+            ..facts(S::ResultDelivered)
+        };
+        assert_eq!(decide(&f, alive), Decision::PrunedAfterRun);
+        assert_eq!(NextStep::of(&f), NextStep::Nothing);
     }
 
     #[test]

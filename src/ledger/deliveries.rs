@@ -21,7 +21,50 @@ use crate::model::{
     ExecutionId, ExecutionRecord, ExecutionStatus, Move, OperationStatus, Transition,
     TransitionEntry,
 };
-use crate::store::{Dao, Durability, StatusFields, StoreStats};
+use crate::store::{Dao, Durability, StatusFields, Store, StoreStats};
+
+/// The ledger's store. Its transactions are reachable only from this module,
+/// through [`Ledger::read`] (which settles the queued marks into what it
+/// reads) and [`Ledger::write`] (which writes them first): no other part of
+/// the ledger can read around the queue.
+#[derive(Debug)]
+pub(super) struct GuardedStore(Store);
+
+impl GuardedStore {
+    pub(super) fn new(store: Store) -> GuardedStore {
+        GuardedStore(store)
+    }
+
+    /// The database file's resolved path (`None` in memory).
+    pub(super) fn path(&self) -> Option<&std::path::Path> {
+        self.0.path()
+    }
+
+    /// See `Store::is_suspended`.
+    pub(super) fn is_suspended(&self) -> bool {
+        self.0.is_suspended()
+    }
+
+    /// See `Store::suspend`.
+    pub(super) fn suspend(&self) -> crate::store::Result<()> {
+        self.0.suspend()
+    }
+
+    /// See `Store::resume`.
+    pub(super) fn resume(&self) -> crate::store::Result<()> {
+        self.0.resume()
+    }
+
+    /// See `Store::kill`.
+    pub(super) fn kill(&self) {
+        self.0.kill();
+    }
+
+    /// See `Store::checkpoint`.
+    pub(super) fn checkpoint(&self) -> crate::store::Result<()> {
+        self.0.checkpoint()
+    }
+}
 
 /// The delivery bookkeeping of one ledger.
 #[derive(Debug, Default)]
@@ -157,6 +200,22 @@ impl Settle for StoreStats {
     }
 }
 
+impl Settle for DeliveryMark {
+    fn settle(self, _: &Pending<'_>, _: &Dao<'_>) -> Result<Self> {
+        Ok(self)
+    }
+}
+
+/// Marks about to be queued: those already queued are left out.
+pub(super) struct NewMarks(pub(super) Vec<DeliveryMark>);
+
+impl Settle for NewMarks {
+    fn settle(mut self, pending: &Pending<'_>, _: &Dao<'_>) -> Result<Self> {
+        self.0.retain(|m| pending.mark(&m.execution_id).is_none());
+        Ok(self)
+    }
+}
+
 /// Values that report no execution status: read as they are.
 macro_rules! settled_as_is {
     ($($t:ty),* $(,)?) => {
@@ -179,6 +238,9 @@ settled_as_is!(
     (ExecutionStatus, u32),
     (u32, String, Option<String>),
     (crate::model::OperationId, OperationStatus),
+    // A replay answer carries the stored result, which delivery never
+    // changes.
+    super::answers::Begin,
 );
 
 impl<A: Settle, B: Settle> Settle for (A, B) {
@@ -193,7 +255,7 @@ impl Ledger {
     pub(super) fn read<T: Settle>(&self, f: impl FnOnce(&Dao<'_>) -> Result<T>) -> Result<T> {
         let marks = self.deliveries_lock().queued.clone();
         let pending = Pending { marks: &marks };
-        self.store.read(|dao| f(dao)?.settle(&pending, dao))
+        self.store.0.read(|dao| f(dao)?.settle(&pending, dao))
     }
 
     /// Every write of the ledger goes through here: it first applies the
@@ -206,7 +268,7 @@ impl Ledger {
         f: impl FnOnce(&Dao<'_>) -> Result<T>,
     ) -> Result<T> {
         let mut taken: Vec<DeliveryMark> = Vec::new();
-        let out = self.store.write(durability, |dao| {
+        let out = self.store.0.write(durability, |dao| {
             // Taken under the store's lock: no other write applies them too.
             taken = std::mem::take(&mut self.deliveries_lock().queued);
             let deliver = Move::check(ExecutionStatus::Committed, Transition::Deliver)
@@ -314,7 +376,7 @@ impl Ledger {
         if let Some(marks) = self.marks_from_recent_commits(ids, now) {
             return self.queue_deliveries(marks);
         }
-        let marks = self.store.read(|dao| {
+        let marks = self.read(|dao| {
             let mut marks = Vec::with_capacity(ids.len());
             for id in ids {
                 let (status, attempt) = dao
@@ -330,8 +392,8 @@ impl Ledger {
                     });
                 }
             }
-            Ok::<_, Error>(marks)
+            Ok(NewMarks(marks))
         })?;
-        self.queue_deliveries(marks)
+        self.queue_deliveries(marks.0)
     }
 }

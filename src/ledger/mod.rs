@@ -42,6 +42,7 @@ mod clock;
 mod decide;
 mod deliveries;
 mod error;
+mod inspect;
 mod jobs;
 mod owners;
 mod retention;
@@ -60,18 +61,28 @@ pub use answers::{
 pub use clock::{Clock, ManualClock, Monotonic, SystemClock};
 pub use decide::NextStep;
 pub use error::{Error, Result};
+pub use inspect::{Inspector, OperationView, PageCursor, Summary};
 pub use jobs::{JobApplied, JobUpdate};
 pub use retention::{
     PruneCutoff, PruneOptions, PruneProgress, PruneReport, PRUNED_EXECUTED_REASON,
     PRUNED_FAILED_REASON,
 };
 
+/// Why the storage layer refused (carried by [`Error::Store`]).
+pub use crate::store::Error as StorageError;
+pub use crate::store::{DbSize, StoreStats};
+
+/// The schema version this library writes (`PRAGMA user_version`). A file
+/// with a higher one is refused (`StorageError::IncompatibleVersion`), a
+/// lower one is migrated by [`Ledger::open`].
+pub const SCHEMA_VERSION: i64 = crate::store::schema::CURRENT_VERSION;
+
 use crate::model::{
     EvidenceEntry, ExecutionId, ExecutionRecord, ExecutionStatus, JsonLimits, OperationId,
     SessionId,
 };
 use crate::store::{Durability, Fence, StatusFields, Store, StoreOptions};
-use deliveries::{Deliveries, History};
+use deliveries::{Deliveries, GuardedStore, History};
 use owners::Liveness;
 use session::Sessions;
 
@@ -103,7 +114,7 @@ impl Default for LedgerConfig {
 /// The durable execution ledger. `Send + Sync`: share it with an `Arc`.
 #[derive(Debug)]
 pub struct Ledger {
-    store: Store,
+    store: GuardedStore,
     clock: Arc<dyn Clock>,
     sessions: Sessions,
     config: LedgerConfig,
@@ -166,7 +177,7 @@ impl Ledger {
         let sessions = Sessions::start(store.path(), SessionId::generate())
             .map_err(|e| Error::Session(e.kind().to_string()))?;
         let ledger = Ledger {
-            store,
+            store: GuardedStore::new(store),
             clock,
             sessions,
             config,
@@ -313,6 +324,7 @@ impl Ledger {
                 )
             ),
             has_items: has_items && rec.status == ExecutionStatus::FailedBeforeCommit,
+            pruned: false,
         }))
     }
 
@@ -513,7 +525,7 @@ impl Ledger {
     ///
     /// # Errors
     /// Storage errors.
-    pub fn stats(&self) -> Result<crate::store::StoreStats> {
+    pub fn stats(&self) -> Result<StoreStats> {
         self.read(|dao| Ok(dao.stats()?))
     }
 

@@ -41,8 +41,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::answers::Begin;
+use super::decide::{decide, Decision, Facts};
+use super::owners::Liveness;
 use super::{Ledger, Result};
-use crate::model::{ArgsDigest, ExecutionId, ExecutionStatus, OperationId};
+use crate::model::{ArgsDigest, ExecutionId, OperationId};
 use crate::store::{Dao, DbSize, Durability, PruneCandidate, PrunedRows, Tombstone};
 
 /// The reason `begin` gives for a late retry of a pruned call that ran.
@@ -155,24 +157,32 @@ impl PruneReport {
     }
 }
 
-/// What `begin` answers for a call whose execution was pruned.
+/// What `begin` answers for a call whose execution was pruned: the answer
+/// table's, for a record of which only the tombstone is left.
 pub(super) fn answer_for_tombstone(tomb: Tombstone, new_digest: &ArgsDigest) -> Begin {
+    let facts = Facts {
+        status: tomb.final_status,
+        retryable: None,
+        requires_approval: false,
+        same_digest: &tomb.args_digest == new_digest,
+        op_cancelled: false,
+        has_items: false,
+        pruned: true,
+    };
     let execution_id = tomb.execution_id;
-    if &tomb.args_digest != new_digest {
-        return Begin::Conflict {
+    match decide(&facts, || Liveness::Alive) {
+        Decision::Conflict => Begin::Conflict {
             execution_id,
             stored_digest: tomb.args_digest,
             new_digest: new_digest.clone(),
-        };
-    }
-    match tomb.final_status {
-        ExecutionStatus::Rejected => Begin::Rejected { execution_id },
-        ExecutionStatus::CancelledBeforeCommit => Begin::Cancelled { execution_id },
-        ExecutionStatus::FailedBeforeCommit => Begin::Failed {
+        },
+        Decision::Rejected => Begin::Rejected { execution_id },
+        Decision::Cancelled => Begin::Cancelled { execution_id },
+        Decision::Failed => Begin::Failed {
             execution_id,
             reason: PRUNED_FAILED_REASON.to_owned(),
         },
-        // result_delivered (and anything else a future version prunes).
+        // PrunedAfterRun, and nothing else for a tombstone.
         _ => Begin::Failed {
             execution_id,
             reason: PRUNED_EXECUTED_REASON.to_owned(),
@@ -220,9 +230,8 @@ impl Ledger {
         };
         let tombstone_at = options.keep_tombstones.then_some(now);
         let batch = options.batch_size.max(1);
-        let (total, size_before) = self
-            .store
-            .read(|dao| Ok::<_, super::Error>((dao.count_prunable(cutoff_ms)?, dao.size()?)))?;
+        let (total, size_before) =
+            self.read(|dao| Ok((dao.count_prunable(cutoff_ms)?, dao.size()?)))?;
         let mut report = PruneReport {
             cutoff_ms,
             bytes_before: size_before.bytes(),

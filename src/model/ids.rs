@@ -117,8 +117,7 @@ macro_rules! string_newtype {
 
             /// Wraps a value read back from the ledger's own storage, which
             /// only ever holds values this module produced and validated.
-            #[doc(hidden)]
-            pub fn from_stored(value: String) -> $name {
+            pub(crate) fn from_stored(value: String) -> $name {
                 $name(value)
             }
         }

@@ -23,8 +23,17 @@
 //! disk is the one this connection opened; when it is not, the connection is
 //! reopened (before) or the write is reported as possibly lost (after).
 
+mod approvals;
+mod attention;
+mod codec;
 mod dao;
+mod diagnostics;
 mod error;
+mod executions;
+mod history;
+mod jobs;
+mod operations;
+mod retention;
 pub mod schema;
 mod sessions;
 
@@ -36,11 +45,11 @@ use rusqlite::{Connection, OpenFlags};
 
 pub use sessions::{Evidence, EvidenceKind, SessionRow};
 
-pub use dao::{
-    Dao, DbSize, Fence, NewExecution, PruneCandidate, PrunedRows, StatusFields, StoreStats,
-    Tombstone,
-};
+pub use dao::Dao;
+pub use diagnostics::{DbSize, StoreStats};
 pub use error::{Error, Result};
+pub use executions::{Fence, NewExecution, StatusFields};
+pub use retention::{PruneCandidate, PrunedRows, Tombstone};
 
 /// How a write must reach the disk before it returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +79,13 @@ impl Default for StoreOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Location {
     File(PathBuf),
-    ReadOnlyFile(PathBuf),
+    /// Read only. `immutable`: opened with SQLite's `immutable=1` because no
+    /// `-wal` existed (the file was closed cleanly and nobody had it open),
+    /// so SQLite creates no `-wal`/`-shm` beside it and takes no lock.
+    ReadOnlyFile {
+        path: PathBuf,
+        immutable: bool,
+    },
     Memory,
 }
 
@@ -191,13 +206,22 @@ impl Store {
     /// that look at a database pulled from a device. Writes through it fail
     /// with [`Error::ReadOnly`].
     ///
+    /// Nothing is created beside the file either when it has no `-wal`: it
+    /// is then opened as immutable. A file with a `-wal` is in use (or its
+    /// last writer died) and is read through SQLite's shared-memory index,
+    /// which already exists or is recreated beside it. A writer that starts
+    /// while an immutable read runs is noticed by
+    /// [`Store::came_into_use`]: read again after [`Store::reopen_shared`].
+    ///
     /// # Errors
     /// [`Error::OlderSchema`] for a file that needs a migration first,
     /// [`Error::IncompatibleVersion`] for a newer one, [`Error::NotADatabase`],
     /// [`Error::Corrupt`], [`Error::CannotOpen`] (also when SQLite cannot set up
     /// read-only WAL access, e.g. in a read-only directory without `-shm`).
     pub fn open_read_only(path: &Path, options: StoreOptions) -> Result<Store> {
-        let location = Location::ReadOnlyFile(resolve_path(path)?);
+        let path = resolve_path(path)?;
+        let immutable = !wal_path(&path).exists();
+        let location = Location::ReadOnlyFile { path, immutable };
         let conn = connect(&location, &options, false)?;
         Ok(Store {
             conn: Mutex::new(Some(Open { conn, wal: None })),
@@ -226,7 +250,7 @@ impl Store {
     /// `None` for an in-memory store.
     pub fn path(&self) -> Option<&Path> {
         match &self.location {
-            Location::File(p) | Location::ReadOnlyFile(p) => Some(p),
+            Location::File(p) | Location::ReadOnlyFile { path: p, .. } => Some(p),
             Location::Memory => None,
         }
     }
@@ -395,6 +419,43 @@ impl Store {
     pub fn is_suspended(&self) -> bool {
         self.conn.lock().map(|g| g.is_none()).unwrap_or(false)
     }
+
+    /// True when this store was opened as immutable (no `-wal` existed) and
+    /// a `-wal` exists now: another connection started using the file, and
+    /// what was read may predate (or tear across) its writes.
+    pub fn came_into_use(&self) -> bool {
+        match &self.location {
+            Location::ReadOnlyFile {
+                path,
+                immutable: true,
+            } => wal_path(path).exists(),
+            _ => false,
+        }
+    }
+
+    /// Reopens a read-only store through SQLite's normal locking (shared
+    /// with the writers), after [`Store::came_into_use`].
+    ///
+    /// # Errors
+    /// As [`Store::open_read_only`].
+    pub fn reopen_shared(self) -> Result<Store> {
+        match self.location {
+            Location::ReadOnlyFile { path, .. } => {
+                let location = Location::ReadOnlyFile {
+                    path,
+                    immutable: false,
+                };
+                let conn = connect(&location, &self.options, false)?;
+                Ok(Store {
+                    conn: Mutex::new(Some(Open { conn, wal: None })),
+                    location,
+                    options: self.options,
+                    ledger_id: None,
+                })
+            }
+            _ => Ok(self),
+        }
+    }
 }
 
 /// SQLite says "cannot open" both for a missing directory and for an
@@ -465,9 +526,18 @@ fn set_busy_timeout(conn: &Connection, options: &StoreOptions) -> Result<()> {
 }
 
 /// Opens a read-only connection: no pragma that writes, no migration.
-fn connect_read_only(path: &Path, options: &StoreOptions) -> Result<Connection> {
+/// `immutable`: through a `file:` URI with `immutable=1` (no locks, no
+/// `-wal`/`-shm` created).
+fn connect_read_only(path: &Path, immutable: bool, options: &StoreOptions) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags)?;
+    let conn = if immutable {
+        Connection::open_with_flags(
+            immutable_uri(path).ok_or(Error::CannotOpen)?,
+            flags | OpenFlags::SQLITE_OPEN_URI,
+        )?
+    } else {
+        Connection::open_with_flags(path, flags)?
+    };
     set_busy_timeout(&conn, options)?;
     schema::refuse_newer(&conn)?;
     let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
@@ -481,6 +551,29 @@ fn connect_read_only(path: &Path, options: &StoreOptions) -> Result<Connection> 
     Ok(conn)
 }
 
+/// `file:<path>?immutable=1`, every byte outside the URI's unreserved set
+/// percent-encoded (so `?`, `#`, `%` and spaces in a path stay the path).
+/// `None` for a path that is not valid UTF-8 on a platform without bytes.
+fn immutable_uri(path: &Path) -> Option<String> {
+    #[cfg(unix)]
+    let bytes = {
+        use std::os::unix::ffi::OsStrExt;
+        path.as_os_str().as_bytes()
+    };
+    #[cfg(not(unix))]
+    let bytes = path.to_str()?.as_bytes();
+    let mut uri = String::from("file:");
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(char::from(b));
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    Some(uri)
+}
+
 fn connect(location: &Location, options: &StoreOptions, create: bool) -> Result<Connection> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
@@ -488,7 +581,9 @@ fn connect(location: &Location, options: &StoreOptions, create: bool) -> Result<
     }
     let mut conn = match location {
         Location::File(path) => Connection::open_with_flags(path, flags)?,
-        Location::ReadOnlyFile(path) => return connect_read_only(path, options),
+        Location::ReadOnlyFile { path, immutable } => {
+            return connect_read_only(path, *immutable, options)
+        }
         Location::Memory => Connection::open_in_memory()?,
     };
     set_busy_timeout(&conn, options)?;

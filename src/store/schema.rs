@@ -1,20 +1,34 @@
 //! Schema versions and the migration runner.
 //!
-//! Each version is one SQL file in `migrations/`, applied in order by one loop
-//! inside one IMMEDIATE transaction that sets `PRAGMA user_version` once at the
-//! end. A file with a newer version than [`CURRENT_VERSION`] is refused with
+//! Each version is a list of steps — SQL files in `migrations/`, and where
+//! stored text must be written by the one Rust codec for it, a Rust step —
+//! applied in order by one loop inside one IMMEDIATE transaction that sets
+//! `PRAGMA user_version` once at the end. A file with a newer version than [`CURRENT_VERSION`] is refused with
 //! [`Error::IncompatibleVersion`] and never modified.
 
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::error::{Error, Result};
+use super::history;
+
+/// One step of a migration.
+enum Step {
+    /// A batch of SQL statements.
+    Sql(&'static str),
+    /// Rust code, for values whose encoding lives in Rust (the transition log).
+    Rust(fn(&Connection) -> Result<()>),
+}
 
 /// Migration `n` (1-based) turns a version `n - 1` database into version `n`.
-const MIGRATIONS: &[&str] = &[
-    include_str!("migrations/001_initial.sql"),
-    include_str!("migrations/002_retention.sql"),
-    include_str!("migrations/003_hot_path.sql"),
-    include_str!("migrations/004_owners.sql"),
+const MIGRATIONS: &[&[Step]] = &[
+    &[Step::Sql(include_str!("migrations/001_initial.sql"))],
+    &[Step::Sql(include_str!("migrations/002_retention.sql"))],
+    &[
+        Step::Sql(include_str!("migrations/003_hot_path.sql")),
+        Step::Rust(history::fill_from_transitions),
+        Step::Sql(include_str!("migrations/003_hot_path_swap.sql")),
+    ],
+    &[Step::Sql(include_str!("migrations/004_owners.sql"))],
 ];
 
 /// The schema version this build writes.
@@ -73,8 +87,11 @@ fn migrate_in(conn: &mut Connection) -> Result<()> {
     }
     let start =
         usize::try_from(found).map_err(|_| Error::InvalidData("negative user_version".into()))?;
-    for sql in MIGRATIONS.iter().skip(start) {
-        tx.execute_batch(sql)?;
+    for step in MIGRATIONS.iter().skip(start).flat_map(|steps| steps.iter()) {
+        match step {
+            Step::Sql(sql) => tx.execute_batch(sql)?,
+            Step::Rust(run) => run(&tx)?,
+        }
     }
     let violations: i64 =
         tx.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {

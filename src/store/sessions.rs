@@ -80,7 +80,7 @@ pub struct Evidence<'a> {
 
 fn session_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRow> {
     Ok(SessionRow {
-        session_id: SessionId::from_stored(r.get(0)?),
+        session_id: r.get(0)?,
         lock_path: r.get(1)?,
         boot_id: r.get(2)?,
         suspended_ms: r.get(3)?,
@@ -134,13 +134,7 @@ impl Dao<'_> {
                  ON CONFLICT(session_id) DO UPDATE SET lock_path = excluded.lock_path,
                     boot_id = excluded.boot_id, suspended_ms = NULL, suspend_lease_ms = NULL",
             )?
-            .execute(params![
-                session.as_str(),
-                lock_path,
-                boot_id,
-                opened_ms,
-                pid
-            ])?;
+            .execute(params![session, lock_path, boot_id, opened_ms, pid])?;
         Ok(())
     }
 
@@ -162,7 +156,7 @@ impl Dao<'_> {
                 "UPDATE sessions SET boot_id = ?2, suspended_ms = ?3, suspend_lease_ms = ?4
                  WHERE session_id = ?1",
             )?
-            .execute(params![session.as_str(), boot_id, at_ms, lease_ms])?;
+            .execute(params![session, boot_id, at_ms, lease_ms])?;
         Ok(changed == 1)
     }
 
@@ -175,7 +169,7 @@ impl Dao<'_> {
         Ok(self
             .tx
             .prepare_cached(&sql)?
-            .query_row([session.as_str()], session_from_row)
+            .query_row([session], session_from_row)
             .optional()?)
     }
 
@@ -197,7 +191,7 @@ impl Dao<'_> {
     pub fn delete_session(&self, session: &SessionId) -> Result<()> {
         self.tx
             .prepare_cached("DELETE FROM sessions WHERE session_id = ?1")?
-            .execute([session.as_str()])?;
+            .execute([session])?;
         Ok(())
     }
 
@@ -213,9 +207,9 @@ impl Dao<'_> {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?
             .execute(params![
-                id.as_str(),
+                id,
                 e.attempt,
-                e.session.as_str(),
+                e.session,
                 e.kind.as_str(),
                 e.result_json,
                 e.external_id,
@@ -235,7 +229,7 @@ impl Dao<'_> {
             "SELECT attempt, kind, result_json, external_id, reason, item_index FROM evidence
              WHERE execution_id = ?1 ORDER BY rowid",
         )?;
-        let rows = stmt.query_map([id.as_str()], |r| {
+        let rows = stmt.query_map([id], |r| {
             Ok(EvidenceEntry {
                 attempt: r.get(0)?,
                 kind: r.get(1)?,

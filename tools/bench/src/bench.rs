@@ -271,9 +271,6 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
         rec.pending,
         verdict(rec.first_ms <= TARGET_RECOVER_MS)
     );
-    for line in &rec.plan {
-        say!("  query plan: {line}");
-    }
     let (bytes, breakdown) = &f.bytes;
     say!(
         "database bytes per execution (200-byte result excluded, after checkpoint): {bytes:.0} B  target ≤ {TARGET_BYTES} B  {}",

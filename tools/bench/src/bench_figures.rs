@@ -10,7 +10,6 @@ use tokio::runtime::Runtime;
 use toolledger::executor::{CallOutcome, Executor, ExecutorConfig};
 use toolledger::ledger::{Begin, CallSpec, Ledger, LedgerConfig};
 use toolledger::model::{ExecutionId, ExecutionIdParts, OperationId, ToolCall};
-use toolledger::store::{Durability, Store, StoreOptions};
 
 use crate::bench_support::{marker, result_200, wal_commits, Floor, NoopSend, Samples, ARGS};
 use crate::{CliError, CliResult};
@@ -249,10 +248,26 @@ pub fn bytes_per_execution(dir: &Path, calls: u64) -> CliResult<(f64, Vec<(Strin
     Ok((per, breakdown))
 }
 
-/// Bytes per table and index, read through the store on a second connection.
+/// Bytes per table and index (SQLite's `dbstat`), largest first, read on a
+/// read-only connection of the benchmark's own.
 fn table_bytes(path: &Path) -> CliResult<Vec<(String, u64)>> {
-    let store = Store::open(path, StoreOptions::default()).map_err(store_err)?;
-    store.read(|dao| dao.bytes_per_object()).map_err(store_err)
+    let conn = raw_read_only(path)?;
+    let mut stmt = conn
+        .prepare("SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY sum(pgsize) DESC")
+        .map_err(sql_err)?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(sql_err)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(sql_err)
+}
+
+fn raw_read_only(path: &Path) -> CliResult<rusqlite::Connection> {
+    rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(sql_err)
+}
+
+fn sql_err(e: rusqlite::Error) -> CliError {
+    other(format!("bench: sqlite: {e}"))
 }
 
 /// What the recover figure found.
@@ -268,8 +283,6 @@ pub struct RecoverFigure {
     pub rows: u64,
     /// Seconds spent building the database.
     pub build_s: f64,
-    /// `EXPLAIN QUERY PLAN` of the attention scan.
-    pub plan: Vec<String>,
 }
 
 /// Builds a database of `rows` delivered executions plus 100 pending ones
@@ -278,30 +291,7 @@ pub struct RecoverFigure {
 pub fn recover(dir: &Path, rows: u64) -> CliResult<RecoverFigure> {
     let path = dir.join("recover.db");
     let started = Instant::now();
-    {
-        let store = Store::open(&path, StoreOptions::default()).map_err(store_err)?;
-        let session = toolledger::model::SessionId::generate();
-        let chunk = 100_000;
-        let mut done = 0;
-        let start_ms = 1_600_000_000_000;
-        while done < rows {
-            let n = chunk.min(rows - done);
-            store
-                .write(Durability::Lazy, |dao| {
-                    dao.fill_history_for_bench(
-                        &format!("{:04}", done / chunk),
-                        n,
-                        start_ms + done as i64,
-                        &result_200(),
-                        &session,
-                    )
-                })
-                .map_err(store_err)?;
-            done += n;
-            eprintln!("bench: recover database: {done}/{rows} historical executions");
-        }
-        store.checkpoint().map_err(store_err)?;
-    }
+    fill_history(&path, rows)?;
     let result = result_200();
     {
         // 25 executing rows owned by a session that then dies.
@@ -328,12 +318,6 @@ pub fn recover(dir: &Path, rows: u64) -> CliResult<RecoverFigure> {
         ledger.checkpoint()?;
     }
     let build_s = started.elapsed().as_secs_f64();
-    let plan = {
-        let store = Store::open(&path, StoreOptions::default()).map_err(store_err)?;
-        store
-            .read(|dao| dao.attention_query_plan())
-            .map_err(store_err)?
-    };
     let ledger = open_ledger(&path)?;
     let started = Instant::now();
     let pending = ledger.recover()?;
@@ -353,12 +337,71 @@ pub fn recover(dir: &Path, rows: u64) -> CliResult<RecoverFigure> {
         pending: pending.len(),
         rows,
         build_s,
-        plan,
     })
 }
 
-fn store_err(e: toolledger::store::Error) -> CliError {
-    CliError::Ledger(e.into())
+/// Builds `rows` delivered executions quickly: one real call through the
+/// ledger (begin, commit, deliver) is the template, and SQL copies it
+/// `rows` times under new ids (8 per operation, 4 per round), so every
+/// stored value — the transition log included — is one the ledger wrote.
+/// A `recover()` then sweeps the history, as an app's would.
+fn fill_history(path: &Path, rows: u64) -> CliResult<()> {
+    const TEMPLATE: &str = "hist_template";
+    let template = {
+        let ledger = open_ledger(path)?;
+        let (op, round, call) = call_of(TEMPLATE, 0)?;
+        match ledger.begin(&op, round, &CallSpec::new(call, 1))? {
+            Begin::Execute(t) => {
+                ledger.commit(&t.attempt_id(), &result_200(), Some("msg_0"))?;
+                ledger.mark_delivered(std::slice::from_ref(&t.execution_id))?;
+                t.execution_id
+            }
+            _ => return Err(other("bench: the template call did not execute")),
+        }
+    };
+    let mut conn = rusqlite::Connection::open(path).map_err(sql_err)?;
+    let chunk = 100_000u64;
+    let start_ms = 1_600_000_000_000i64;
+    let mut done = 0;
+    while done < rows {
+        let n = chunk.min(rows - done);
+        let batch = format!("{:04}", done / chunk);
+        let tx = conn.transaction().map_err(sql_err)?;
+        // Ids are zero-padded so rows arrive in key order (fast B-tree appends).
+        tx.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2)
+             INSERT INTO operations (operation_id, status, created_ms, updated_ms)
+             SELECT printf('hist_%s_op_%08d', ?1, i), 'open', ?3 + i * 8, ?3 + i * 8 FROM n",
+            rusqlite::params![batch, n.div_ceil(8), start_ms + done as i64],
+        )
+        .map_err(sql_err)?;
+        tx.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2)
+             INSERT INTO executions (execution_id, operation_id, round, position, provider,
+                provider_call_id, tool_name, tool_version, args_digest, args_json,
+                downstream_key, requires_approval, status, attempt_count, external_id,
+                result_json, created_ms, updated_ms, history, digest_scheme)
+             SELECT printf('hist_%s_op_%08d:round_%d:call_%d:send_email:v1',
+                           ?1, i / 8, (i % 8) / 4, i % 4),
+                printf('hist_%s_op_%08d', ?1, i / 8), (i % 8) / 4, i % 4, t.provider,
+                printf('call_%d', i % 4), t.tool_name, t.tool_version,
+                lower(hex(randomblob(32))), t.args_json,
+                'tl_' || substr(lower(hex(randomblob(24))), 1, 48), t.requires_approval,
+                t.status, t.attempt_count, printf('msg_%d', i), t.result_json,
+                ?3 + i, ?3 + i + 1, t.history, t.digest_scheme
+             FROM n, executions AS t WHERE t.execution_id = ?4",
+            rusqlite::params![batch, n, start_ms + done as i64, template.as_str()],
+        )
+        .map_err(sql_err)?;
+        tx.commit().map_err(sql_err)?;
+        done += n;
+        eprintln!("bench: recover database: {done}/{rows} historical executions");
+    }
+    drop(conn);
+    let ledger = open_ledger(path)?;
+    ledger.recover()?;
+    ledger.checkpoint()?;
+    Ok(())
 }
 
 /// `--only happy-path|floor --markers`: N calls with a strace marker before

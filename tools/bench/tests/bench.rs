@@ -61,7 +61,6 @@ fn a_tiny_bench_run_prints_every_figure_as_name_value() {
             "missing {key}:\n{text}"
         );
     }
-    assert!(text.contains("executions_needing_attention"), "{text}");
     // The bench cleans up after itself.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     // The strace child mode: N calls and the mean.

@@ -80,7 +80,7 @@ fn transient(e: &toolledger::executor::Error) -> bool {
 /// [`transient`] for a ledger error.
 fn transient_ledger(e: &toolledger::ledger::Error) -> bool {
     use toolledger::ledger::Error as L;
-    use toolledger::store::Error as S;
+    use toolledger::ledger::StorageError as S;
     matches!(e, L::Store(S::Suspended | S::Busy) | L::StaleAttempt { .. })
 }
 

@@ -1,0 +1,225 @@
+//! Looking at a ledger file without writing to it: [`Inspector`].
+//!
+//! For tools that examine a database pulled from a device or left by a test
+//! run (the `toolledger` CLI's `inspect`, `stats`, `export`). An inspector
+//! never migrates, checkpoints or writes the file, takes no session, and —
+//! when the file has no `-wal`, i.e. it was closed cleanly — leaves no
+//! `-wal`/`-shm` beside it. It is also the supported way for an app to read
+//! its ledger from a second connection: opening the file with another
+//! SQLite library drops the ledger's locks (see docs/design.md).
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use super::{Error, Result};
+use crate::model::{ExecutionRecord, OperationId, OperationStatus};
+use crate::store::{self, Dao, DbSize, Store, StoreOptions, StoreStats};
+
+/// A read-only view of a ledger file. Not a [`super::Ledger`]: it cannot
+/// begin, commit or recover anything.
+#[derive(Debug)]
+pub struct Inspector {
+    /// `None` only while switching to a shared connection.
+    store: Mutex<Option<Store>>,
+    /// The file's own schema version when a migrated copy is read.
+    copied_from_schema: Option<i64>,
+}
+
+/// Everything `stats` reports about a ledger file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// Operations, executions per status, transitions.
+    pub stats: StoreStats,
+    /// Executions per tool name, most used first.
+    pub by_tool: Vec<(String, u64)>,
+    /// Tombstones left by pruning.
+    pub tombstones: u64,
+    /// Pages of the database file.
+    pub size: DbSize,
+    /// The oldest creation and newest update time of any execution (ms since
+    /// the epoch), `None` for an empty ledger.
+    pub time_range: Option<(i64, i64)>,
+    /// The schema version of what was read (the migrated copy's, when a copy
+    /// was read: see [`Inspector::copied_from_schema`]).
+    pub schema_version: i64,
+}
+
+/// One operation and its executions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationView {
+    /// Its id.
+    pub id: OperationId,
+    /// Open or cancelled.
+    pub status: OperationStatus,
+    /// Its executions, in execution-id order.
+    pub executions: Vec<ExecutionRecord>,
+}
+
+/// Where [`Inspector::executions_page`] continues.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageCursor(i64);
+
+impl Inspector {
+    /// Opens `path` for reading only.
+    ///
+    /// # Errors
+    /// [`Error::Store`] with the store's typed reason: `OlderSchema` for a file
+    /// written by an older version (read it with
+    /// [`Inspector::open_migrated_copy`]), `IncompatibleVersion` for a newer
+    /// one, `NotADatabase`, `Corrupt`, `CannotOpen` (also when SQLite cannot
+    /// read a file in use from a read-only directory).
+    pub fn open(path: &Path) -> Result<Inspector> {
+        if !path.is_file() {
+            return Err(Error::Store(store::Error::CannotOpen));
+        }
+        Ok(Inspector {
+            store: Mutex::new(Some(Store::open_read_only(path, StoreOptions::default())?)),
+            copied_from_schema: None,
+        })
+    }
+
+    /// Copies `path` (and its `-wal`, if any) into `scratch`, an existing
+    /// directory the caller owns and removes afterwards, migrates the copy to
+    /// the current schema and reads that. The original is never written.
+    ///
+    /// # Errors
+    /// I/O errors of the copy ([`Error::Session`] with the reason); the
+    /// store's typed errors for the copy.
+    pub fn open_migrated_copy(path: &Path, scratch: &Path) -> Result<Inspector> {
+        if !path.is_file() {
+            return Err(Error::Store(store::Error::CannotOpen));
+        }
+        let io = |what: &str, e: std::io::Error| Error::Session(format!("{what}: {e}"));
+        let copy = scratch.join("ledger.db");
+        std::fs::copy(path, &copy).map_err(|e| io("copying the database", e))?;
+        let mut wal = path.as_os_str().to_os_string();
+        wal.push("-wal");
+        if Path::new(&wal).is_file() {
+            std::fs::copy(&wal, scratch.join("ledger.db-wal"))
+                .map_err(|e| io("copying its -wal", e))?;
+        }
+        let found = {
+            let original = Store::open_read_only(path, StoreOptions::default());
+            match original {
+                Ok(store) => store.read(|dao: &Dao<'_>| dao.schema_version())?,
+                Err(store::Error::OlderSchema { found, .. }) => found,
+                // Unreadable in place (e.g. read-only directory): ask the copy.
+                Err(_) => read_user_version(&copy)?,
+            }
+        };
+        let store = Store::open(&copy, StoreOptions::default())?;
+        Ok(Inspector {
+            store: Mutex::new(Some(store)),
+            copied_from_schema: Some(found),
+        })
+    }
+
+    /// The file's own schema version when what is read is a migrated copy.
+    pub fn copied_from_schema(&self) -> Option<i64> {
+        self.copied_from_schema
+    }
+
+    /// Counts and sizes (`toolledger stats`).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn summary(&self) -> Result<Summary> {
+        self.read(|dao| {
+            Ok(Summary {
+                stats: dao.stats()?,
+                by_tool: dao.executions_by_tool()?,
+                tombstones: dao.tombstone_count()?,
+                size: dao.size()?,
+                time_range: dao.execution_time_range()?,
+                schema_version: dao.schema_version()?,
+            })
+        })
+    }
+
+    /// Operation, execution and transition counts.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn stats(&self) -> Result<StoreStats> {
+        self.read(|dao| dao.stats())
+    }
+
+    /// The newest `limit` operations with their executions
+    /// (`toolledger inspect`).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn operations(&self, limit: u32) -> Result<Vec<OperationView>> {
+        self.read(|dao| {
+            dao.operations(limit)?
+                .into_iter()
+                .map(|(id, status)| {
+                    let executions = dao.executions_of(&id)?;
+                    Ok(OperationView {
+                        id,
+                        status,
+                        executions,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Number of executions.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn execution_count(&self) -> Result<u64> {
+        self.read(|dao| dao.execution_count())
+    }
+
+    /// Up to `limit` executions after `after` (from the start with the
+    /// default cursor), in storage order, and the cursor of the last one.
+    /// An empty page is the end.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn executions_page(
+        &self,
+        after: PageCursor,
+        limit: u32,
+    ) -> Result<(Vec<ExecutionRecord>, PageCursor)> {
+        let rows = self.read(|dao| dao.executions_page(after.0, limit))?;
+        let next = rows.last().map_or(after, |(rowid, _)| PageCursor(*rowid));
+        Ok((rows.into_iter().map(|(_, rec)| rec).collect(), next))
+    }
+
+    /// Runs `f` in a read transaction. When the file was opened as immutable
+    /// and another connection started using it meanwhile, `f` runs again
+    /// through SQLite's shared locking, so no torn read is ever reported.
+    fn read<T>(&self, f: impl Fn(&Dao<'_>) -> store::Result<T>) -> Result<T> {
+        let mut guard = self
+            .store
+            .lock()
+            .map_err(|_| Error::Store(store::Error::LockPoisoned))?;
+        let Some(current) = guard.as_ref() else {
+            return Err(Error::Store(store::Error::Suspended));
+        };
+        let first = current.read(|dao: &Dao<'_>| f(dao));
+        if !current.came_into_use() {
+            return Ok(first?);
+        }
+        let Some(store) = guard.take() else {
+            return Err(Error::Store(store::Error::Suspended));
+        };
+        let shared = store.reopen_shared()?;
+        let again = shared.read(|dao: &Dao<'_>| f(dao));
+        *guard = Some(shared);
+        Ok(again?)
+    }
+}
+
+/// `PRAGMA user_version` of a database file, read with a private connection.
+fn read_user_version(path: &Path) -> Result<i64> {
+    let store = Store::open_read_only(path, StoreOptions::default());
+    match store {
+        Ok(store) => Ok(store.read(|dao: &Dao<'_>| dao.schema_version())?),
+        Err(store::Error::OlderSchema { found, .. }) => Ok(found),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,365 @@
+//! The `executions` table: one row per logical tool call, its status, its
+//! attempt and owner, its result and its transition log (`history`, see
+//! [`super::history`]). Every status change goes through
+//! [`Dao::move_status`], which takes a checked [`Move`] and the fence of the
+//! attempt that asks.
+
+use rusqlite::{params, OptionalExtension};
+
+use super::codec::{execution_columns, row_to_record, EXECUTION_COLUMNS};
+use super::dao::Dao;
+use super::error::{Error, Result};
+use super::history::{history_line, parse_history, LogLine};
+use crate::model::{
+    ArgsDigest, DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus, Monotonic, Move,
+    OperationId, Provider, SessionId, TransitionEntry,
+};
+
+/// A new execution row, written by `begin`.
+#[derive(Debug, Clone)]
+pub struct NewExecution<'a> {
+    /// Its id.
+    pub execution_id: &'a ExecutionId,
+    /// Its operation.
+    pub operation_id: &'a OperationId,
+    /// Round within the operation.
+    pub round: u32,
+    /// Position within the round.
+    pub position: u32,
+    /// Provider of the call.
+    pub provider: Provider,
+    /// Provider call id.
+    pub provider_call_id: &'a str,
+    /// Tool name.
+    pub tool_name: &'a str,
+    /// Tool version.
+    pub tool_version: u32,
+    /// Digest of the canonical arguments.
+    pub args_digest: &'a ArgsDigest,
+    /// Canonical arguments.
+    pub args_json: &'a str,
+    /// Downstream idempotency key.
+    pub downstream_key: &'a DownstreamKey,
+    /// Whether approval is required.
+    pub requires_approval: bool,
+    /// Initial status (`prepared` or `executing`).
+    pub status: ExecutionStatus,
+    /// Attempts started (1 when created `executing`).
+    pub attempt_count: u32,
+    /// Owner session when `executing`.
+    pub owner_session: Option<&'a SessionId>,
+    /// The execution this one compensates.
+    pub compensates: Option<&'a ExecutionId>,
+    /// Now, ms since the epoch.
+    pub now_ms: i64,
+}
+
+/// The fencing token a step of an attempt carries: the move happens only if
+/// the row is still at this attempt (owned by this session, when given).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence<'a> {
+    /// The attempt number.
+    pub attempt: u32,
+    /// The session that must own it (`None`: any session, e.g. an app
+    /// resolving an unknown outcome).
+    pub session: Option<&'a SessionId>,
+}
+
+/// The columns a status move may set besides the status.
+#[derive(Debug, Clone, Default)]
+pub struct StatusFields<'a> {
+    /// New attempt number (entering `executing`).
+    pub attempt: Option<u32>,
+    /// When the outcome became unknown (entering `outcome_unknown`).
+    pub unknown_since: Option<&'a Monotonic>,
+    /// Marks a committed independent batch as partial.
+    pub partial: bool,
+    /// Result JSON (entering `committed`).
+    pub result_json: Option<&'a str>,
+    /// External id (commit, or found by reconciliation).
+    pub external_id: Option<&'a str>,
+    /// Reason (failures, unknown outcomes, rejections).
+    pub reason: Option<&'a str>,
+    /// Whether a failure may be retried.
+    pub retryable: Option<bool>,
+}
+
+impl Dao<'_> {
+    /// Reads one execution.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn execution(&self, id: &ExecutionId) -> Result<Option<ExecutionRecord>> {
+        const SQL: &str = concat!(
+            "SELECT ",
+            execution_columns!(),
+            " FROM executions WHERE execution_id = ?1"
+        );
+        Ok(self
+            .tx
+            .prepare_cached(SQL)?
+            .query_row([id], row_to_record)
+            .optional()?)
+    }
+
+    /// The status and attempt count of one execution (a light read).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn status_and_attempt(&self, id: &ExecutionId) -> Result<Option<(ExecutionStatus, u32)>> {
+        Ok(self
+            .tx
+            .prepare_cached("SELECT status, attempt_count FROM executions WHERE execution_id = ?1")?
+            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
+    }
+
+    /// Inserts a new execution and logs its creation.
+    ///
+    /// # Errors
+    /// Storage errors (a duplicate id is a constraint error).
+    pub fn insert_execution(&self, new: &NewExecution<'_>, session: &SessionId) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO executions (execution_id, operation_id, round, position, provider,
+                    provider_call_id, tool_name, tool_version, args_digest, args_json,
+                    downstream_key, requires_approval, status, attempt_count, owner_session,
+                    compensates, created_ms, updated_ms, history, digest_scheme)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                    ?17, ?17, ?18, 2)",
+            )?
+            // Positional parameters: binding by name costs a lookup per value.
+            .execute(params![
+                new.execution_id,
+                new.operation_id,
+                new.round,
+                new.position,
+                new.provider,
+                new.provider_call_id,
+                new.tool_name,
+                new.tool_version,
+                new.args_digest,
+                new.args_json,
+                new.downstream_key,
+                new.requires_approval,
+                new.status,
+                new.attempt_count,
+                new.owner_session,
+                new.compensates,
+                new.now_ms,
+                // Unflagged: the row sits above the sweep's watermark, where
+                // `recover()` reads every row (see `sweep_attention`).
+                history_line(&LogLine {
+                    at_ms: new.now_ms,
+                    transition: if new.status == ExecutionStatus::Executing {
+                        "start"
+                    } else {
+                        "prepare"
+                    },
+                    from: None,
+                    to: new.status,
+                    attempt: new.attempt_count,
+                    session,
+                    reason: None,
+                }),
+            ])?;
+        Ok(())
+    }
+
+    /// Applies one checked [`Move`] and appends it to the log. Entering
+    /// `executing` makes `actor` the owner of the new attempt; entering
+    /// `outcome_unknown` records `change.unknown_since`. With a `fence`, the
+    /// row must also be at that attempt (and owned by that session): the
+    /// fencing token of the attempt that asks. Returns false when the row was
+    /// not in `mv.from()` or the fence did not hold (nothing changed then).
+    ///
+    /// # Errors
+    /// Storage errors, or [`Error::Guard`] if the schema refuses the move.
+    pub fn move_status(
+        &self,
+        id: &ExecutionId,
+        mv: Move,
+        fence: Option<Fence<'_>>,
+        change: &StatusFields<'_>,
+        actor: &SessionId,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let to = mv.to();
+        let attempt: u32 = match change.attempt {
+            Some(a) => a,
+            None => self
+                .tx
+                .prepare_cached("SELECT attempt_count FROM executions WHERE execution_id = ?1")?
+                .query_row([id], |r| r.get(0))
+                .optional()?
+                .unwrap_or_default(),
+        };
+        let line = history_line(&LogLine {
+            at_ms: now_ms,
+            transition: mv.transition().as_str(),
+            from: Some(mv.from()),
+            to,
+            attempt,
+            session: actor,
+            reason: change.reason,
+        });
+        // Two statements: only a move into a final status touches the
+        // attention flag (and its index, if the row was flagged), so
+        // `executing -> committed` writes the row's page and nothing else.
+        macro_rules! move_sql {
+            ($extra:literal) => {
+                concat!(
+                    "UPDATE executions SET status = ?3, updated_ms = ?4,
+                    attempt_count = COALESCE(?5, attempt_count),
+                    owner_session = COALESCE(?6, owner_session),
+                    unknown_since_ms = ?7, unknown_boot = ?8,
+                    result_json = COALESCE(?9, result_json),
+                    external_id = COALESCE(?10, external_id),
+                    last_reason = COALESCE(?11, last_reason),
+                    retryable = COALESCE(?12, retryable),
+                    partial = COALESCE(?13, partial),
+                    history = history || ?14",
+                    $extra,
+                    " WHERE execution_id = ?1 AND status = ?2
+                      AND (?15 IS NULL OR (attempt_count = ?15
+                                           AND (?16 IS NULL OR owner_session = ?16)))"
+                )
+            };
+        }
+        const STAYS: &str = move_sql!("");
+        const LEAVES: &str = move_sql!(", needs_attention = NULL");
+        let sql = if to.needs_attention() { STAYS } else { LEAVES };
+        // Entering `executing` starts an attempt owned by the actor.
+        let owner = (to == ExecutionStatus::Executing).then_some(actor);
+        let unknown = change
+            .unknown_since
+            .filter(|_| to == ExecutionStatus::OutcomeUnknown);
+        let changed = self.tx.prepare_cached(sql)?.execute(params![
+            id,
+            mv.from(),
+            to,
+            now_ms,
+            change.attempt,
+            owner,
+            unknown.map(|u| u.ms),
+            unknown.map(|u| &*u.boot_id),
+            change.result_json,
+            change.external_id,
+            change.reason,
+            change.retryable,
+            change.partial.then_some(1),
+            line,
+            fence.map(|f| f.attempt),
+            fence.and_then(|f| f.session),
+        ])?;
+        Ok(changed != 0)
+    }
+
+    /// Appends a log line that is not a status move (evidence of a stale
+    /// attempt) to an execution's log.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn append_note(
+        &self,
+        id: &ExecutionId,
+        note: &str,
+        status: ExecutionStatus,
+        attempt: u32,
+        actor: &SessionId,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<()> {
+        let line = history_line(&LogLine {
+            at_ms: now_ms,
+            transition: note,
+            from: Some(status),
+            to: status,
+            attempt,
+            session: actor,
+            reason: Some(reason),
+        });
+        self.tx
+            .prepare_cached(
+                "UPDATE executions SET history = history || ?2 WHERE execution_id = ?1",
+            )?
+            .execute(params![id, line])?;
+        Ok(())
+    }
+
+    /// Records when (boot clock) an `outcome_unknown` row's outcome became
+    /// unknown, if no time is recorded yet (rows of schema version 3).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn stamp_unknown(&self, id: &ExecutionId, at: &Monotonic) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "UPDATE executions SET unknown_since_ms = ?2, unknown_boot = ?3
+                 WHERE execution_id = ?1 AND status = 'outcome_unknown'
+                   AND unknown_since_ms IS NULL",
+            )?
+            .execute(params![id, at.ms, &*at.boot_id])?;
+        Ok(())
+    }
+
+    /// Stores the downstream's id for the effect as soon as it is known.
+    /// Returns false when the row is missing or holds a different id.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn set_external_id(&self, id: &ExecutionId, external: &str, now_ms: i64) -> Result<bool> {
+        let changed = self
+            .tx
+            .prepare_cached(
+                "UPDATE executions SET external_id = ?2, updated_ms = ?3
+                 WHERE execution_id = ?1 AND (external_id IS NULL OR external_id = ?2)",
+            )?
+            .execute(params![id, external, now_ms])?;
+        Ok(changed == 1)
+    }
+
+    /// Every execution of an operation, in round and position order.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn executions_of(&self, op: &OperationId) -> Result<Vec<ExecutionRecord>> {
+        // A primary-key range: every id of the operation carries its prefix.
+        let (start, end) = op.execution_id_range();
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions
+             WHERE execution_id >= ?1 AND execution_id < ?2 AND operation_id = ?3
+             ORDER BY round, position, execution_id"
+        );
+        let mut stmt = self.tx.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![start, end, op], row_to_record)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Compensations recorded for `original`.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn compensations_of(&self, original: &ExecutionId) -> Result<Vec<ExecutionRecord>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE compensates = ?1 ORDER BY created_ms"
+        );
+        let mut stmt = self.tx.prepare_cached(&sql)?;
+        let rows = stmt.query_map([original], row_to_record)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// The transition log of one execution, oldest first.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn transitions_of(&self, id: &ExecutionId) -> Result<Vec<TransitionEntry>> {
+        let history: Option<String> = self
+            .tx
+            .prepare_cached("SELECT history FROM executions WHERE execution_id = ?1")?
+            .query_row([id], |r| r.get(0))
+            .optional()?;
+        parse_history(history.as_deref().unwrap_or_default())
+            .map_err(|what| Error::InvalidData(what.to_owned()))
+    }
+}
