@@ -1,25 +1,15 @@
-//! `recover()` lists every execution that needs attention, whether it sits in
-//! the attention index (swept) or above the sweep's watermark (begun since),
-//! and pruning can never hide a new execution below the watermark.
-
-use toolledger_test_support as support;
+//! What needs attention: recover() finds every non-final execution without begin writing an index entry.
 
 use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::Connection;
 use support::*;
-use toolledger::ledger::{Begin, Ledger, Ticket};
+use toolledger::ledger::{Begin, Ledger};
 use toolledger::model::{ExecutionId, ExecutionStatus};
+use toolledger_test_support as support;
 
 const DAY_MS: i64 = 86_400_000;
-
-fn ticket(b: Begin) -> Ticket {
-    match b {
-        Begin::Execute(t) => t,
-        other => panic!("expected Execute, got {other:?}"),
-    }
-}
 
 fn begin(ledger: &Ledger, op_name: &str, round: u32, call_id: &str) -> ExecutionId {
     ticket(

@@ -1,26 +1,18 @@
-//! Independent batches across a crash (row 8 of the executor matrix): a
-//! five-item batch whose process dies at item 3 resumes there after a
-//! restart. Items 0–2 are never sent again, item 3 is reconciled (by lookup
-//! or by resending its own key), and the service ends with exactly five
-//! effects and the result lists the five item results in order.
-
-use toolledger_test_support::downstream;
+//! Independent batches: items run once each; a partly delivered batch says exactly what happened.
 
 use std::path::Path;
 use std::sync::{Arc, Weak};
 
-use downstream::{fast_config, process, Behaviour, CrashPoint, Downstream, HttpTool, Kind};
+use downstream::{process, Behaviour, CrashPoint, Downstream, HttpTool, Kind};
 use serde_json::Value;
-use toolledger::executor::{BatchMode, CallOutcome, Executor, ToolDescriptor};
-use toolledger::ledger::{Ledger, LedgerConfig};
-use toolledger::model::{ExecutionId, ExecutionStatus, OperationId, ToolCall};
+use support::*;
+use toolledger::executor::{BatchMode, CallOutcome, ToolDescriptor};
+use toolledger::ledger::Ledger;
+use toolledger::model::{ExecutionId, ExecutionStatus, ToolCall};
+use toolledger_test_support as support;
+use toolledger_test_support::downstream;
 
 const ITEMS: &str = r#"{"items":[{"n":0},{"n":1},{"n":2},{"n":3},{"n":4}]}"#;
-
-fn executor_at(path: &Path) -> Executor {
-    let ledger = Ledger::open(path, LedgerConfig::default()).unwrap();
-    Executor::new(Arc::new(ledger), fast_config())
-}
 
 fn batch(lookup: bool, key: bool) -> ToolDescriptor {
     ToolDescriptor {
@@ -32,10 +24,6 @@ fn batch(lookup: bool, key: bool) -> ToolDescriptor {
         landing_window: std::time::Duration::ZERO,
         ..ToolDescriptor::side_effect("invite_all", 1)
     }
-}
-
-fn op() -> OperationId {
-    OperationId::new("op_batch").unwrap()
 }
 
 fn call() -> ToolCall {
@@ -56,9 +44,9 @@ fn run_until_crash_at_item_3(
         let mut crash = tool.crash_at(Some(3), point);
         exec.register(Arc::new(tool)).unwrap();
         let run = exec.clone();
-        tokio::spawn(async move { run.execute(&op(), 0, call()).await });
+        tokio::spawn(async move { run.execute(&op("op_batch"), 0, call()).await });
         crash.reached().await;
-        let records = exec.ledger().list(&op()).unwrap();
+        let records = exec.ledger().list(&op("op_batch")).unwrap();
         assert_eq!(records.len(), 1);
         let id = records[0].execution_id.clone();
         assert_eq!(exec.ledger().batch_items(&id).unwrap().len(), 3);
@@ -173,7 +161,7 @@ fn a_crash_after_item_3_committed_resumes_by_resending_only_item_3s_key() {
             &service,
         )))
         .unwrap();
-        let out = exec.execute(&op(), 0, call()).await.unwrap();
+        let out = exec.execute(&op("op_batch"), 0, call()).await.unwrap();
         let CallOutcome::Completed {
             result_json,
             replayed: false,

@@ -1,21 +1,13 @@
-//! Read-only tools against a flaky downstream (row 9 of the executor matrix):
-//! transient 503s are retried with backoff inside the one call, a permanent
-//! outage fails after exactly `read_only_max_attempts` requests, a refusal
-//! is not retried, and none of it leaves a record in the ledger.
-
-use toolledger_test_support::downstream;
+//! Read-only tools: run directly, record nothing, cost no sync.
 
 use std::sync::Arc;
 
 use downstream::{fast_config, Behaviour, Downstream, HttpTool, Kind};
+use support::*;
 use toolledger::executor::{CallOutcome, Executor, ExecutorConfig, ToolDescriptor};
-use toolledger::ledger::{Ledger, LedgerConfig};
-use toolledger::model::{OperationId, ToolCall};
-
-fn executor(dir: &tempfile::TempDir, config: ExecutorConfig) -> Executor {
-    let ledger = Ledger::open(&dir.path().join("l.db"), LedgerConfig::default()).unwrap();
-    Executor::new(Arc::new(ledger), config)
-}
+use toolledger::model::ToolCall;
+use toolledger_test_support as support;
+use toolledger_test_support::downstream;
 
 fn weather(service: &Downstream) -> Arc<HttpTool> {
     Arc::new(HttpTool::new(
@@ -25,12 +17,8 @@ fn weather(service: &Downstream) -> Arc<HttpTool> {
     ))
 }
 
-fn op() -> OperationId {
-    OperationId::new("op_read").unwrap()
-}
-
 fn assert_no_records(exec: &Executor) {
-    assert!(exec.ledger().list(&op()).unwrap().is_empty());
+    assert!(exec.ledger().list(&op("op_read")).unwrap().is_empty());
     assert!(
         exec.ledger().operations(10).unwrap().is_empty(),
         "a read-only round writes nothing, not even its operation"
@@ -44,11 +32,11 @@ async fn transient_unavailability_is_retried_inside_the_call_without_any_record(
         ..Default::default()
     });
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(&dir, fast_config());
+    let exec = executor_with(&dir.path().join("l.db"), fast_config());
     exec.register(weather(&service)).unwrap();
 
     let call = ToolCall::custom("call_1", "weather", r#"{"city":"Oslo"}"#);
-    let out = exec.execute(&op(), 0, call).await.unwrap();
+    let out = exec.execute(&op("op_read"), 0, call).await.unwrap();
     let CallOutcome::Completed {
         result_json,
         replayed: false,
@@ -70,8 +58,8 @@ async fn a_permanent_outage_fails_after_exactly_read_only_max_attempts_requests(
         ..Default::default()
     });
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(
-        &dir,
+    let exec = executor_with(
+        &dir.path().join("l.db"),
         ExecutorConfig {
             read_only_max_attempts: 4,
             ..fast_config()
@@ -80,7 +68,7 @@ async fn a_permanent_outage_fails_after_exactly_read_only_max_attempts_requests(
     exec.register(weather(&service)).unwrap();
 
     let call = ToolCall::custom("call_1", "weather", r#"{"city":"Oslo"}"#);
-    let out = exec.execute(&op(), 0, call).await.unwrap();
+    let out = exec.execute(&op("op_read"), 0, call).await.unwrap();
     assert!(matches!(out, CallOutcome::Failed { .. }), "{out:?}");
     assert_eq!(service.requests().len(), 4);
     assert_no_records(&exec);
@@ -90,11 +78,11 @@ async fn a_permanent_outage_fails_after_exactly_read_only_max_attempts_requests(
 async fn a_refused_read_is_not_retried() {
     let service = Downstream::start(Behaviour::default());
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(&dir, fast_config());
+    let exec = executor_with(&dir.path().join("l.db"), fast_config());
     exec.register(weather(&service)).unwrap();
 
     let call = ToolCall::custom("call_1", "weather", r#"{"city":""}"#);
-    let out = exec.execute(&op(), 0, call).await.unwrap();
+    let out = exec.execute(&op("op_read"), 0, call).await.unwrap();
     let CallOutcome::Failed {
         retryable: false, ..
     } = &out

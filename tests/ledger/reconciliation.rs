@@ -1,23 +1,15 @@
-//! Unknown outcomes against a real (loopback) downstream, rows 3, 4 and 6 of
-//! the executor matrix: a dropped connection after the commit with nothing
-//! to ask is surfaced as `Unknown` and never retried until the app resolves
-//! it; a timeout or a 500 after the commit is settled by a lookup that finds
-//! the one effect.
-
-use toolledger_test_support::downstream;
+//! Reconciliation of unknown outcomes: lookup, same-key resend, or an honest Unknown.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use downstream::{fast_config, Behaviour, Downstream, HttpTool, Kind};
+use support::*;
 use toolledger::executor::{CallOutcome, Executor, ExecutorConfig, ToolDescriptor};
-use toolledger::ledger::{Ledger, LedgerConfig, Resolution};
-use toolledger::model::{ExecutionStatus, OperationId, ToolCall};
-
-fn executor(dir: &tempfile::TempDir, config: ExecutorConfig) -> Executor {
-    let ledger = Ledger::open(&dir.path().join("l.db"), LedgerConfig::default()).unwrap();
-    Executor::new(Arc::new(ledger), config)
-}
+use toolledger::ledger::Resolution;
+use toolledger::model::{ExecutionStatus, ToolCall};
+use toolledger_test_support as support;
+use toolledger_test_support::downstream;
 
 /// No idempotency key, no lookup: nothing can be asked downstream.
 fn blind() -> ToolDescriptor {
@@ -33,10 +25,6 @@ fn lookup() -> ToolDescriptor {
         landing_window: Duration::ZERO,
         ..ToolDescriptor::side_effect("pay", 1)
     }
-}
-
-fn op() -> OperationId {
-    OperationId::new("op_unknown").unwrap()
 }
 
 fn pay() -> ToolCall {
@@ -67,18 +55,18 @@ async fn a_dropped_connection_after_commit_without_key_or_lookup_is_unknown_and_
         ..Default::default()
     });
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(&dir, fast_config());
+    let exec = executor_with(&dir.path().join("l.db"), fast_config());
     exec.register(Arc::new(HttpTool::new(blind(), Kind::Effect, &service)))
         .unwrap();
 
-    let out = exec.execute(&op(), 0, pay()).await.unwrap();
+    let out = exec.execute(&op("op_unknown"), 0, pay()).await.unwrap();
     assert!(matches!(out, CallOutcome::Unknown { .. }), "{out:?}");
     assert_eq!(status(&exec, &out), ExecutionStatus::OutcomeUnknown);
     assert_eq!(service.requests().len(), 1, "not retried blindly");
     assert_eq!(service.effects().len(), 1);
 
     // The model (or app) asking again does not resend it either.
-    let again = exec.execute(&op(), 0, pay()).await.unwrap();
+    let again = exec.execute(&op("op_unknown"), 0, pay()).await.unwrap();
     assert!(matches!(again, CallOutcome::Unknown { .. }), "{again:?}");
     assert_eq!(service.requests().len(), 1);
 
@@ -116,7 +104,7 @@ async fn a_dropped_connection_after_commit_without_key_or_lookup_is_unknown_and_
     );
     assert_eq!(service.requests().len(), 1);
     assert_eq!(service.effects().len(), 1);
-    let replay = exec.execute(&op(), 0, pay()).await.unwrap();
+    let replay = exec.execute(&op("op_unknown"), 0, pay()).await.unwrap();
     assert!(matches!(
         replay,
         CallOutcome::Completed { replayed: true, .. }
@@ -130,11 +118,11 @@ async fn an_unknown_outcome_the_app_proves_absent_is_recorded_as_failed_before_c
         ..Default::default()
     });
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(&dir, fast_config());
+    let exec = executor_with(&dir.path().join("l.db"), fast_config());
     exec.register(Arc::new(HttpTool::new(blind(), Kind::Effect, &service)))
         .unwrap();
 
-    let out = exec.execute(&op(), 0, pay()).await.unwrap();
+    let out = exec.execute(&op("op_unknown"), 0, pay()).await.unwrap();
     assert!(matches!(out, CallOutcome::Unknown { .. }), "{out:?}");
     assert_eq!(service.requests().len(), 1);
     assert!(service.effects().is_empty());
@@ -161,7 +149,7 @@ async fn an_unknown_outcome_the_app_proves_absent_is_recorded_as_failed_before_c
     assert_eq!(rec.status, ExecutionStatus::FailedBeforeCommit);
     assert_eq!(rec.retryable, Some(false));
     // It stays failed: asking again runs nothing.
-    let again = exec.execute(&op(), 0, pay()).await.unwrap();
+    let again = exec.execute(&op("op_unknown"), 0, pay()).await.unwrap();
     assert!(matches!(again, CallOutcome::Failed { .. }), "{again:?}");
     assert_eq!(service.requests().len(), 1);
     assert!(service.effects().is_empty());
@@ -174,11 +162,11 @@ async fn a_client_timeout_after_commit_is_settled_by_a_lookup_that_finds_the_eff
         ..Default::default()
     });
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(&dir, fast_config());
+    let exec = executor_with(&dir.path().join("l.db"), fast_config());
     exec.register(Arc::new(HttpTool::new(lookup(), Kind::Effect, &service)))
         .unwrap();
 
-    let out = exec.execute(&op(), 0, pay()).await.unwrap();
+    let out = exec.execute(&op("op_unknown"), 0, pay()).await.unwrap();
     let CallOutcome::Completed {
         external_id,
         replayed: false,
@@ -211,8 +199,8 @@ async fn the_executors_perform_timeout_after_commit_is_settled_by_a_lookup() {
         ..Default::default()
     });
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(
-        &dir,
+    let exec = executor_with(
+        &dir.path().join("l.db"),
         ExecutorConfig {
             perform_timeout: Some(Duration::from_millis(200)),
             ..fast_config()
@@ -221,7 +209,7 @@ async fn the_executors_perform_timeout_after_commit_is_settled_by_a_lookup() {
     let tool = HttpTool::new(lookup(), Kind::Effect, &service).with_timeout(Duration::from_secs(2));
     exec.register(Arc::new(tool)).unwrap();
 
-    let out = exec.execute(&op(), 0, pay()).await.unwrap();
+    let out = exec.execute(&op("op_unknown"), 0, pay()).await.unwrap();
     assert!(
         matches!(
             out,
@@ -249,11 +237,11 @@ async fn a_server_error_after_commit_is_settled_by_a_lookup_that_finds_the_effec
         ..Default::default()
     });
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(&dir, fast_config());
+    let exec = executor_with(&dir.path().join("l.db"), fast_config());
     exec.register(Arc::new(HttpTool::new(lookup(), Kind::Effect, &service)))
         .unwrap();
 
-    let out = exec.execute(&op(), 0, pay()).await.unwrap();
+    let out = exec.execute(&op("op_unknown"), 0, pay()).await.unwrap();
     let CallOutcome::Completed {
         external_id,
         replayed: false,
@@ -276,11 +264,11 @@ async fn a_server_error_before_commit_is_found_absent_by_lookup_and_sent_again_o
         ..Default::default()
     });
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(&dir, fast_config());
+    let exec = executor_with(&dir.path().join("l.db"), fast_config());
     exec.register(Arc::new(HttpTool::new(lookup(), Kind::Effect, &service)))
         .unwrap();
 
-    let out = exec.execute(&op(), 0, pay()).await.unwrap();
+    let out = exec.execute(&op("op_unknown"), 0, pay()).await.unwrap();
     assert!(
         matches!(
             out,

@@ -1,10 +1,4 @@
-//! Retention: `Ledger::prune` removes old finished executions with everything
-//! hanging off them, leaves tombstones that make a very late retry harmless,
-//! never touches work that still needs attention, and shrinks the file. Also
-//! the v1 → v2 migration that brought the tombstones (and the leaner
-//! transition log) in.
-
-use toolledger_test_support as support;
+//! Retention: prune, tombstones and the file shrinking.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -17,15 +11,15 @@ use toolledger::executor::{
     CallOutcome, Executor, ExecutorConfig, PerformOutcome, ToolDescriptor, ToolError, ToolHandler,
     ToolRequest,
 };
-use toolledger::ledger::SCHEMA_VERSION as CURRENT_VERSION;
 use toolledger::ledger::{
     Begin, JobUpdate, Ledger, PruneCutoff, PruneOptions, Resolution, PRUNED_EXECUTED_REASON,
-    PRUNED_FAILED_REASON,
+    PRUNED_FAILED_REASON, SCHEMA_VERSION as CURRENT_VERSION,
 };
 use toolledger::model::{ExecutionId, ExecutionStatus, OperationStatus};
+use toolledger_test_support as support;
 
 const DAY_MS: i64 = 86_400_000;
-const V1_DDL: &str = include_str!("../src/store/migrations/001_initial.sql");
+const V1_DDL: &str = include_str!("../../src/store/migrations/001_initial.sql");
 
 /// Begins, commits and delivers one call; returns its id.
 fn delivered(ledger: &Ledger, op_name: &str, call_id: &str, args: &str) -> ExecutionId {
@@ -42,13 +36,6 @@ fn delivered(ledger: &Ledger, op_name: &str, call_id: &str, args: &str) -> Execu
         .mark_delivered(std::slice::from_ref(&t.execution_id))
         .unwrap();
     t.execution_id
-}
-
-fn ticket(answer: Begin) -> toolledger::ledger::Ticket {
-    match answer {
-        Begin::Execute(t) => t,
-        other => panic!("expected Execute, got {other:?}"),
-    }
 }
 
 fn file_len(path: &std::path::Path) -> u64 {

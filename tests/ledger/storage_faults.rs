@@ -1,12 +1,4 @@
-//! Storage faults: a full disk, a lock held past `busy_timeout`, a read-only
-//! database, a deleted or truncated WAL, a corrupt file.
-//!
-//! Each fault must give the caller a typed error, leave every record that
-//! was already committed intact, and never let a side effect start without
-//! its durable intent: a counting tool proves the tool was not called when
-//! `begin` failed. The disk-full and read-only cases mount a small tmpfs or
-//! a read-only bind mount (we run as root); where mounting is not possible
-//! they are skipped with a printed reason.
+//! Storage faults: full disk, busy locks, read-only files, a WAL deleted under us.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,13 +7,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use support::*;
 use toolledger::executor::{
     CallOutcome, Error as ExecError, Executor, ExecutorConfig, PerformOutcome, ToolDescriptor,
     ToolError, ToolHandler, ToolRequest,
 };
-use toolledger::ledger::StorageError as StoreError;
-use toolledger::ledger::{Error as LedgerError, Ledger, LedgerConfig};
-use toolledger::model::{ExecutionId, ExecutionStatus, OperationId, ToolCall};
+use toolledger::ledger::{Error as LedgerError, Ledger, LedgerConfig, StorageError as StoreError};
+use toolledger::model::{ExecutionId, ExecutionStatus, ToolCall};
+use toolledger_test_support as support;
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -102,10 +95,6 @@ fn executor(ledger: Ledger, tool: &Arc<Counting>) -> Executor {
     exec
 }
 
-fn op() -> OperationId {
-    OperationId::new("op_faults").unwrap()
-}
-
 fn call(n: u32) -> ToolCall {
     ToolCall::custom(
         format!("call_{n}"),
@@ -123,7 +112,7 @@ fn run<F: std::future::Future>(f: F) -> F::Output {
 }
 
 fn execute(exec: &Executor, n: u32) -> Result<CallOutcome, ExecError> {
-    run(exec.execute(&op(), n, call(n)))
+    run(exec.execute(&op("op_faults"), n, call(n)))
 }
 
 fn completed(out: &CallOutcome) -> &str {
@@ -143,7 +132,7 @@ fn store_error(err: &ExecError) -> Option<&StoreError> {
 /// The committed executions of the test operation: (id, result).
 fn committed(ledger: &Ledger) -> Vec<(String, String)> {
     ledger
-        .list(&op())
+        .list(&op("op_faults"))
         .unwrap()
         .into_iter()
         .filter(|r| r.status.is_committed())
@@ -258,7 +247,7 @@ fn a_full_disk_refuses_begin_before_the_tool_runs_and_keeps_committed_records() 
     );
     // Reads still work; nothing committed was lost; the refused call left no record.
     assert_eq!(committed(exec.ledger()), before);
-    assert_eq!(exec.ledger().list(&op()).unwrap().len(), 1);
+    assert_eq!(exec.ledger().list(&op("op_faults")).unwrap().len(), 1);
     // The replay of a committed call writes nothing and still works.
     let again = execute(&exec, 0).unwrap();
     assert_eq!(completed(&again), first);
@@ -300,7 +289,7 @@ fn a_disk_that_fills_during_the_side_effect_keeps_the_intent_and_recovery_finish
         );
         assert_eq!(tool.performs(), 2);
         // The durable intent survived the failed commit.
-        let rec = exec.ledger().list(&op()).unwrap().pop().unwrap();
+        let rec = exec.ledger().list(&op("op_faults")).unwrap().pop().unwrap();
         assert_eq!(rec.status, ExecutionStatus::Executing);
     }
     std::fs::remove_file(dir.join("filler")).unwrap();
@@ -503,7 +492,7 @@ fn crashed_with_wal(dir: &Path) -> PathBuf {
     let status = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_commits_into_the_wal_and_dies",
+            "storage_faults::child_commits_into_the_wal_and_dies",
             "--test-threads=1",
         ])
         .env("TOOLLEDGER_WAL_CHILD_DB", &db)
@@ -534,7 +523,7 @@ fn copy_ledger(from: &Path, to_dir: &Path) -> PathBuf {
 fn reopen_and_check(db: &Path, first: &str) -> Vec<String> {
     let ledger = Ledger::open(db, config(Duration::from_secs(1))).unwrap();
     let mut seen = Vec::new();
-    for rec in ledger.list(&op()).unwrap() {
+    for rec in ledger.list(&op("op_faults")).unwrap() {
         let log = ledger.transitions(&rec.execution_id).unwrap();
         assert_eq!(log.last().map(|t| t.to), Some(rec.status), "{rec:?}");
         match rec.status {
@@ -545,7 +534,7 @@ fn reopen_and_check(db: &Path, first: &str) -> Vec<String> {
         seen.push(format!("{}:{}", rec.provider_call_id, rec.status));
     }
     let zero = ledger
-        .list(&op())
+        .list(&op("op_faults"))
         .unwrap()
         .into_iter()
         .find(|r| r.provider_call_id == "call_0")
@@ -727,7 +716,7 @@ fn a_database_corrupted_inside_gives_typed_errors_and_never_runs_a_tool() {
                 }
             }
             assert!(matches!(
-                exec.ledger().list(&op()),
+                exec.ledger().list(&op("op_faults")),
                 Err(LedgerError::Store(StoreError::Corrupt))
             ));
         }

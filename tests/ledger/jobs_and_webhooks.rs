@@ -1,21 +1,14 @@
-//! Background jobs and webhooks through the executor (row 7 of the executor
-//! matrix): a tool that starts a job downstream leaves the call pending,
-//! polled progress is recorded on the job, and a webhook delivered twice
-//! commits the execution once.
-
-use toolledger_test_support::downstream;
+//! Background jobs and webhooks: a downstream's long-running job, its events applied once.
 
 use std::sync::Arc;
 
-use downstream::{fast_config, Behaviour, Downstream, HttpTool, Kind};
+use downstream::{Behaviour, Downstream, HttpTool, Kind};
+use support::*;
 use toolledger::executor::{CallOutcome, Executor, ToolDescriptor};
-use toolledger::ledger::{JobApplied, JobUpdate, Ledger, LedgerConfig};
+use toolledger::ledger::{JobApplied, JobUpdate};
 use toolledger::model::{ExecutionStatus, OperationId, ToolCall};
-
-fn executor(dir: &tempfile::TempDir) -> Executor {
-    let ledger = Ledger::open(&dir.path().join("l.db"), LedgerConfig::default()).unwrap();
-    Executor::new(Arc::new(ledger), fast_config())
-}
+use toolledger_test_support as support;
+use toolledger_test_support::downstream;
 
 fn render_tool(service: &Downstream) -> HttpTool {
     let desc = ToolDescriptor {
@@ -43,7 +36,7 @@ async fn a_webhook_delivered_twice_commits_the_job_once() {
         ..Default::default()
     });
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(&dir);
+    let exec = executor_at(&dir.path().join("l.db"));
     exec.register(Arc::new(render_tool(&service))).unwrap();
 
     let (out, job_id) = start_job(&exec).await;
@@ -110,7 +103,7 @@ async fn a_webhook_delivered_twice_commits_the_job_once() {
 async fn a_different_event_after_the_commit_changes_nothing() {
     let service = Downstream::start(Behaviour::default());
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(&dir);
+    let exec = executor_at(&dir.path().join("l.db"));
     exec.register(Arc::new(render_tool(&service))).unwrap();
 
     let (out, _) = start_job(&exec).await;
@@ -153,13 +146,13 @@ fn a_restart_while_the_job_runs_finds_the_same_job_and_the_webhook_commits_it() 
     });
     let dir = tempfile::tempdir().unwrap();
     let id = downstream::process(async {
-        let exec = executor(&dir);
+        let exec = executor_at(&dir.path().join("l.db"));
         exec.register(Arc::new(render_tool(&service))).unwrap();
         let (out, _) = start_job(&exec).await;
         out.execution_id().clone()
     });
     downstream::process(async {
-        let exec = executor(&dir);
+        let exec = executor_at(&dir.path().join("l.db"));
         exec.register(Arc::new(render_tool(&service))).unwrap();
         let recovered = exec.recover().await.unwrap().outcomes;
         assert_eq!(recovered.len(), 1);

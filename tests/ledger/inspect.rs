@@ -1,9 +1,8 @@
-//! `Inspector`: reading a ledger file without writing to it.
-
-use toolledger_test_support as support;
+//! Inspector: reading a ledger file without writing to it.
 
 use support::*;
 use toolledger::ledger::{Begin, Error, Inspector, PageCursor, StorageError};
+use toolledger_test_support as support;
 
 fn commit_one(ledger: &toolledger::ledger::Ledger, call: &str) {
     match ledger

@@ -1,17 +1,18 @@
-//! Minimal HTTP/1.1 on loopback: the wire helpers shared by the torture
-//! service (in the supervisor) and its client (in the worker).
+//! The HTTP/1.1 wire both loopback services speak — the tests' [`downstream`]
+//! and the torture harness's service — and the blocking client their tools
+//! use: one request per connection, `Connection: close`, `Content-Length`
+//! bodies, the `Idempotency-Key` header, every socket with a timeout.
 //!
-//! Adapted and trimmed from `tests/support/downstream.rs` (which is test-only
-//! and cannot be linked into a binary): one request per connection,
-//! `Connection: close`, `Content-Length` bodies, every socket with a timeout.
+//! [`downstream`]: crate::downstream
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use toolledger::crashpoint::{self, CrashPoint};
+/// Bodies larger than this are cut (a service never needs more).
+const MAX_BODY: usize = 1 << 20;
 
-/// One request as the service saw it.
+/// One request as a service saw it.
 #[derive(Debug, Clone)]
 pub struct Request {
     /// `GET`, `POST`.
@@ -46,7 +47,10 @@ pub struct Response {
 }
 
 /// Reads one request; `Ok(None)` when the peer went away before sending a
-/// whole one (a killed worker): such a request is never acted on.
+/// whole one (a killed client): such a request is never acted on.
+///
+/// # Errors
+/// Socket errors and timeouts.
 pub fn read_request(stream: &TcpStream) -> io::Result<Option<Request>> {
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
@@ -72,7 +76,7 @@ pub fn read_request(stream: &TcpStream) -> io::Result<Option<Request>> {
         if let Some((name, value)) = header.split_once(':') {
             let value = value.trim();
             match name.trim().to_ascii_lowercase().as_str() {
-                "content-length" => length = value.parse().unwrap_or(0).min(1 << 20),
+                "content-length" => length = value.parse().unwrap_or(0).min(MAX_BODY),
                 "idempotency-key" => key = Some(value.to_owned()),
                 _ => {}
             }
@@ -80,7 +84,6 @@ pub fn read_request(stream: &TcpStream) -> io::Result<Option<Request>> {
     }
     let mut body = vec![0; length];
     if reader.read_exact(&mut body).is_err() {
-        // A torn body: the sender died mid-request. Nothing happened.
         return Ok(None);
     }
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
@@ -101,11 +104,27 @@ pub fn read_request(stream: &TcpStream) -> io::Result<Option<Request>> {
     }))
 }
 
-/// Writes one response and flushes.
+/// Writes one JSON response and flushes.
+///
+/// # Errors
+/// Socket errors and timeouts.
 pub fn write_response(stream: &mut TcpStream, status: u16, body: &str) -> io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        400 => "Bad Request",
+        404 => "Not Found",
+        409 => "Conflict",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Status",
+    };
     write!(
         stream,
-        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
     stream.flush()
@@ -124,6 +143,8 @@ pub fn encode(s: &str) -> String {
     out
 }
 
+/// Decodes a query component: `%XX` escapes and `+` for a space; a `%`
+/// not followed by two hex digits stays as it is.
 fn decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -138,6 +159,10 @@ fn decode(s: &str) -> String {
                 out.push(v);
                 i += 3;
             }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
             (b, _) => {
                 out.push(b);
                 i += 1;
@@ -148,22 +173,40 @@ fn decode(s: &str) -> String {
 }
 
 /// One blocking request with `timeout` on connect, each write and each read.
-/// With `in_flight`, the crash point [`CrashPoint::InFlight`] is hit after the
-/// request was sent and before the response is read.
-pub fn request(
+/// A connection closed without an answer is an `UnexpectedEof`.
+///
+/// # Errors
+/// Socket errors, timeouts, a malformed answer.
+pub fn request_blocking(
     addr: SocketAddr,
     method: &str,
     target: &str,
     key: Option<&str>,
     body: &str,
     timeout: Duration,
-    in_flight: bool,
+) -> io::Result<Response> {
+    request_then(addr, method, target, key, body, timeout, || {})
+}
+
+/// [`request_blocking`], calling `sent` after the whole request was sent and
+/// before the answer is read (the torture harness's in-flight crash point).
+///
+/// # Errors
+/// As [`request_blocking`].
+pub fn request_then(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    key: Option<&str>,
+    body: &str,
+    timeout: Duration,
+    sent: impl FnOnce(),
 ) -> io::Result<Response> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     let mut head = format!(
-        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
         body.len()
     );
     if let Some(key) = key {
@@ -173,9 +216,7 @@ pub fn request(
     head.push_str(body);
     stream.write_all(head.as_bytes())?;
     stream.flush()?;
-    if in_flight {
-        crashpoint::hit(CrashPoint::InFlight);
-    }
+    sent();
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
     let text = String::from_utf8_lossy(&raw);

@@ -1,8 +1,4 @@
-//! Delivery marks (`mark_delivered`): checked at once, written with the next
-//! write of the ledger (no transaction or sync of their own), visible to every
-//! read that reports statuses, and harmless when lost.
-
-use toolledger_test_support as support;
+//! Delivery marks: lazy, never a sync of their own, never lost in a way that runs a tool again.
 
 use std::fs::File;
 use std::io::Read;
@@ -10,15 +6,9 @@ use std::path::Path;
 
 use rusqlite::Connection;
 use support::*;
-use toolledger::ledger::{Begin, Clock, Error, Ledger, Ticket};
+use toolledger::ledger::{Begin, Clock, Error, Ledger};
 use toolledger::model::{ExecutionId, ExecutionStatus};
-
-fn ticket(b: Begin) -> Ticket {
-    match b {
-        Begin::Execute(t) => t,
-        other => panic!("expected Execute, got {other:?}"),
-    }
-}
+use toolledger_test_support as support;
 
 /// Commit frames in the WAL since it was last restarted: each is one
 /// transaction written (and, with `synchronous=FULL`, one sync).

@@ -1,11 +1,4 @@
-//! Exactly one owner: live owners (slow, stopped, clock-stepped, suspended)
-//! are never overruled, stale attempts are fenced, paths name one ledger,
-//! cancellation stops everything that has not started, partial batches are
-//! told as partial, arguments reach the tool as sent. Each test names the
-//! behaviour of the ownership issue it covers (RELIABILITY.md lists them).
-
-use toolledger_test_support as support;
-use toolledger_test_support::downstream;
+//! Exactly one owner: fencing, liveness, suspension, landing windows, one file identity.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,6 +14,8 @@ use toolledger::executor::{
 };
 use toolledger::ledger::{Begin, Error, Ledger, LedgerConfig, ManualClock, Resolution, Resolved};
 use toolledger::model::{ExecutionId, ExecutionStatus, OperationStatus, ToolCall};
+use toolledger_test_support as support;
+use toolledger_test_support::downstream;
 
 fn config() -> ExecutorConfig {
     ExecutorConfig {
@@ -242,7 +237,7 @@ fn a_stopped_owner_process_is_alive_until_it_dies() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.db");
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_owns_a_call", "--nocapture"])
+        .args(["--exact", "ownership::child_owns_a_call", "--nocapture"])
         .env("TOOLLEDGER_CHILD_OWNER", &db)
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -529,7 +524,11 @@ fn a_relative_path_and_a_chdir_never_switch_databases() {
     // A different ledger where the relative path would point after chdir.
     drop(Ledger::open(&dir.path().join("second/l.db"), LedgerConfig::default()).unwrap());
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_relative_path_then_chdir", "--nocapture"])
+        .args([
+            "--exact",
+            "ownership::child_relative_path_then_chdir",
+            "--nocapture",
+        ])
         .env("TOOLLEDGER_CHILD_CHDIR", dir.path())
         .output()
         .unwrap();

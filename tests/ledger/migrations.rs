@@ -1,11 +1,11 @@
-//! Opening files: fresh, current, future, not a database, corrupt.
-
-use toolledger_test_support as support;
+//! Opening files: fresh, current, older (migrated), newer, not a database, corrupt.
 
 use rusqlite::Connection;
 use support::*;
-use toolledger::ledger::{Begin, Error, Ledger, LedgerConfig};
-use toolledger::ledger::{StorageError, SCHEMA_VERSION as CURRENT_VERSION};
+use toolledger::ledger::{
+    Begin, Error, Ledger, LedgerConfig, StorageError, SCHEMA_VERSION as CURRENT_VERSION,
+};
+use toolledger_test_support as support;
 
 #[test]
 fn an_empty_file_is_migrated_to_the_current_version_in_wal_mode() {
@@ -58,12 +58,12 @@ fn v3_database(path: &std::path::Path) -> (String, String) {
     conn.execute_batch("PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL;")
         .unwrap();
     for sql in [
-        include_str!("../src/store/migrations/001_initial.sql"),
-        include_str!("../src/store/migrations/002_retention.sql"),
+        include_str!("../../src/store/migrations/001_initial.sql"),
+        include_str!("../../src/store/migrations/002_retention.sql"),
         // Version 3's migration has a Rust step between its two SQL parts
         // (writing log lines from old rows): a no-op on empty tables.
-        include_str!("../src/store/migrations/003_hot_path.sql"),
-        include_str!("../src/store/migrations/003_hot_path_swap.sql"),
+        include_str!("../../src/store/migrations/003_hot_path.sql"),
+        include_str!("../../src/store/migrations/003_hot_path_swap.sql"),
     ] {
         conn.execute_batch(sql).unwrap();
     }
