@@ -57,7 +57,7 @@ from agents.usage import Usage
 from openai.types.responses import ResponseOutputItem
 from pydantic import TypeAdapter
 
-from ._core import Downstream, LedgerRuntime, ToolSpec, current_call  # noqa: F401
+from ._core import CallNotExecuted, Downstream, LedgerRuntime, OutcomeUnknown, ToolSpec, current_call  # noqa: F401
 
 TESTED_VERSIONS = {"openai-agents": "0.24.0", "openai": "3.57.0"}
 
@@ -157,8 +157,25 @@ class AgentsLedger:
         token = _SCOPE.set(_RunScope(run_id=run_id))
         try:
             return await Runner.run(agent, input, **kwargs)
+        except Exception as exc:
+            # The SDK wraps what a tool raised (UserError "Error running
+            # tool …"); the app gets the ledger's own answer.
+            ledger_error = _ledger_cause(exc)
+            if ledger_error is not None and ledger_error is not exc:
+                raise ledger_error from exc
+            raise
         finally:
             _SCOPE.reset(token)
+
+
+def _ledger_cause(exc: BaseException) -> Optional[BaseException]:
+    seen = 0
+    while exc is not None and seen < 32:  # bounded: cause chains can loop
+        if isinstance(exc, (OutcomeUnknown, CallNotExecuted)):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
 
 
 def _no_detached_model_call(args: dict) -> Any:
