@@ -11,6 +11,11 @@
 #   maturin: the version pinned in bindings/python/pyproject.toml
 #            ([build-system] requires = ["maturin==X"]), read from there so
 #            the test build and `pip install ./bindings/python` use the same.
+#   agent frameworks: the exact versions in
+#            bindings/python/tests/adapters/requirements.txt (LangGraph,
+#            LangChain core, the OpenAI Agents SDK, MCP), which the adapter
+#            tests and bench/adapters_overhead.py run against. The package
+#            itself does not depend on them.
 #   Python:  python3 on PATH (3.9+; checked with 3.11.7). The package needs
 #            only the standard library (ctypes, asyncio).
 #
@@ -31,10 +36,28 @@ fi
 MATURIN_VERSION="$(sed -n 's/^requires = \["maturin==\([^"]*\)"\]$/\1/p' bindings/python/pyproject.toml)"
 [ -n "$MATURIN_VERSION" ] || { echo "setup-python: no maturin==X pin in bindings/python/pyproject.toml" >&2; exit 1; }
 
+FRAMEWORKS=bindings/python/tests/adapters/requirements.txt
+
+have_frameworks() {
+  # Every `name==version` line of $FRAMEWORKS installed at that version.
+  "$PY" - "$FRAMEWORKS" <<'PY' 2>/dev/null
+import sys
+from importlib import metadata
+
+for line in open(sys.argv[1]):
+    pin = line.split("#")[0].strip()
+    if pin:
+        name, _, version = pin.partition("==")
+        if metadata.version(name) != version:
+            sys.exit(1)
+PY
+}
+
 have_tools() {
   [ -x "$PY" ] \
     && [ "$("$PY" -c 'import pytest; print(pytest.__version__)' 2>/dev/null)" = "$PYTEST_VERSION" ] \
-    && [ "$("$VENV/bin/maturin" --version 2>/dev/null)" = "maturin $MATURIN_VERSION" ]
+    && [ "$("$VENV/bin/maturin" --version 2>/dev/null)" = "maturin $MATURIN_VERSION" ] \
+    && have_frameworks
 }
 
 if ! have_tools; then
@@ -49,9 +72,9 @@ if ! have_tools; then
       python3 -m venv "$VENV"
     fi
   fi
-  echo "setup-python: installing pytest==$PYTEST_VERSION maturin==$MATURIN_VERSION" >&2
+  echo "setup-python: installing pytest==$PYTEST_VERSION maturin==$MATURIN_VERSION and the frameworks of $FRAMEWORKS" >&2
   "$PY" -m pip install --quiet --disable-pip-version-check \
-    "pytest==$PYTEST_VERSION" "maturin==$MATURIN_VERSION"
-  have_tools || { echo "setup-python: pytest $PYTEST_VERSION / maturin $MATURIN_VERSION missing" >&2; exit 1; }
+    "pytest==$PYTEST_VERSION" "maturin==$MATURIN_VERSION" -r "$FRAMEWORKS"
+  have_tools || { echo "setup-python: pytest $PYTEST_VERSION / maturin $MATURIN_VERSION / $FRAMEWORKS missing" >&2; exit 1; }
 fi
-echo "setup-python: $("$PY" --version) with pytest $PYTEST_VERSION and maturin $MATURIN_VERSION at $VENV" >&2
+echo "setup-python: $("$PY" --version) with pytest $PYTEST_VERSION, maturin $MATURIN_VERSION and $FRAMEWORKS at $VENV" >&2

@@ -1,13 +1,8 @@
-"""The adapter tests import their helpers from this directory."""
-
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+"""A summary of the effects counted by the crash-resume tests."""
 
 
 def pytest_terminal_summary(terminalreporter):
-    from test_crash_resume import RESULTS
+    from .test_crash_resume import RESULTS
 
     if not RESULTS:
         return

@@ -13,8 +13,7 @@ from toolledger.adapters import Downstream, LedgerRuntime, OutcomeUnknown, ToolS
 
 @pytest.fixture
 def runtime(tmp_path):
-    rt = LedgerRuntime(str(tmp_path / "ledger.db"),
-                       executor_config=tl.ExecutorConfig(backoff_base_ms=1, backoff_max_ms=2))
+    rt = LedgerRuntime(str(tmp_path / "ledger.db"), backoff_base_ms=1, backoff_max_ms=2)
     yield rt
     rt.close()
 
@@ -24,9 +23,9 @@ def runtime(tmp_path):
     [("op_1", "call_1", "send"), ("a:b#c%d", "call:2#x", "mcp:mail/send"), ("sp ace", "\x01ctl\x7f", "é✓")],
 )
 def test_execution_ids_are_the_ledgers(tmp_path, operation, call_id, tool):
-    ledger = tl.Ledger.open(str(tmp_path / "ids.db"), tl.LedgerConfig())
-    call = tl.ToolCall(provider=tl.Provider.CUSTOM, call_id=call_id, tool_name=tool, arguments="{}")
-    begin = ledger.begin(operation, 7, tl.CallSpec(call=call, tool_version=3))
+    with tl.Ledger.open(tmp_path / "ids.db") as ledger:
+        call = tl.ToolCall(call_id, tool, "{}")
+        begin = ledger.begin(operation, 7, tl.CallSpec(call=call, tool_version=3))
     assert begin.ticket.execution_id == execution_id_of(operation, 7, call_id, tool, 3)
 
 
@@ -42,7 +41,7 @@ def test_a_sync_caller_runs_the_tool_in_its_own_thread_once(runtime):
     again = runtime.call("op", 0, "c1", "send", '{"to":"a"}', body)
     assert effects == [(threading.get_ident(), effects[0][1])] and effects[0][1].startswith("tl_")
     assert not first.replayed and again.replayed
-    assert again.result_json == first.result_json == '{"sent": 1}'
+    assert again.result_json == first.result_json == '{"sent":1}'
 
 
 def test_an_async_caller_runs_the_tool_in_its_own_task(runtime):
@@ -74,5 +73,6 @@ def test_a_tool_that_raises_with_neither_is_unknown_and_not_retried(runtime):
     with pytest.raises(OutcomeUnknown) as unknown:
         runtime.call("op", 0, "c1", "send", "{}", body)
     assert calls == [1]
+    assert isinstance(unknown.value, tl.Error) and isinstance(unknown.value.outcome, tl.Unknown)
     stored = runtime.ledger.get(unknown.value.execution_id)
     assert stored.status == tl.ExecutionStatus.OUTCOME_UNKNOWN

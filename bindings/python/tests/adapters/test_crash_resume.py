@@ -8,7 +8,7 @@ to the app instead of a resend."""
 import pytest
 
 import toolledger as tl
-from harness import OPERATIONS, crash_and_resume
+from .harness import OPERATIONS, crash_and_resume
 
 FRAMEWORKS = ["langgraph", "openai_agents", "mcp"]
 RESULTS: list[tuple[str, str, str, int]] = []  # (framework, mode, downstream, effects)
@@ -17,8 +17,9 @@ RESULTS: list[tuple[str, str, str, int]] = []  # (framework, mode, downstream, e
 def stored_calls(workdir, framework):
     """The side-effecting executions the ledger holds for the run (the
     Agents adapter's recorded model responses left out)."""
-    ledger = tl.Ledger.open(f"{workdir}/ledger.db", tl.LedgerConfig())
-    return [e for e in ledger.list(OPERATIONS[framework]) if e.tool_name != "toolledger.model_response"]
+    with tl.Ledger.open(f"{workdir}/ledger.db") as ledger:
+        executions = ledger.list(OPERATIONS[framework])
+    return [e for e in executions if e.tool_name != "toolledger.model_response"]
 
 
 @pytest.mark.parametrize("downstream", ["key", "lookup", "neither"])

@@ -12,24 +12,22 @@ framework; this package itself needs only ``toolledger``.
 
 from ._core import (
     CallNotExecuted,
-    Completed,
     Downstream,
-    LedgerCall,
     LedgerRuntime,
     OutcomeUnknown,
     ToolSpec,
     current_call,
     execution_id_of,
+    result_of,
 )
 
 __all__ = [
     "CallNotExecuted",
-    "Completed",
     "Downstream",
-    "LedgerCall",
     "LedgerRuntime",
     "OutcomeUnknown",
     "ToolSpec",
     "current_call",
     "execution_id_of",
+    "result_of",
 ]

@@ -136,7 +136,7 @@ class MCPLedger:
             return {"result": found.model_dump(mode="json", by_alias=True, exclude_none=True), "jsonrpc_id": None}
 
         spec_name = self.ledger_name(name)
-        if spec_name in self.runtime._specs:
+        if self.runtime.registered(spec_name):
             return
         self.runtime.register(
             ToolSpec(

@@ -88,9 +88,8 @@ class AgentsLedger:
 
     def __init__(self, runtime: LedgerRuntime):
         self.runtime = runtime
-        runtime.register(
-            ToolSpec(name=MODEL_TOOL, run=_no_detached_model_call, downstream=Downstream.KEY)
-        )
+        if not runtime.registered(MODEL_TOOL):
+            runtime.register(ToolSpec(name=MODEL_TOOL, run=_no_detached_model_call, downstream=Downstream.KEY))
 
     def operation(self, run_id: str) -> str:
         return f"openai-agents:{run_id}"
