@@ -21,6 +21,9 @@ through ``tl.Executor`` (no framework, no adapter): the library's own round
 trip for a Python tool, whose calls from the library's threads into Python
 and back come on top of the two commits for every Python tool, adapter or
 not. ``added_beyond_plain_python_tool`` is what the adapter itself costs.
+Wall times on a busy machine count every thread hop as a wait for a core, so
+the CPU time of the whole process per call (all threads, mean) is printed
+too: it is what a call costs however busy the machine is.
 
 The ledger file lives in ``--dir`` (default: a new directory under the
 current one): put it on the disk an app would use, not on a tmpfs, or the
@@ -58,13 +61,16 @@ async def interleaved(callables: dict, n: int) -> dict:
     round, ``n`` rounds, so that a slower disk or a busy neighbour at one
     moment weighs on every variant alike. Returns name -> durations (s)."""
     out = {name: [] for name in callables}
+    cpu = {name: 0.0 for name in callables}
     for fn in callables.values():  # warm-up
         await fn()
     for _ in range(n):
         for name, fn in callables.items():
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             await fn()
             out[name].append(time.perf_counter() - t0)
+            cpu[name] += time.process_time() - c0
+    out["cpu"] = {name: total / n for name, total in cpu.items()}
     return out
 
 
@@ -225,6 +231,10 @@ def main():
         print(f"{name}_plain_python_tool_via_executor_p50_us={executor_us:.0f}")
         print(f"{name}_added_beyond_plain_python_tool_us={added - executor_us:.0f}")
         print(f"{name}_budget_us={budget:.0f} {'met' if ok else 'NOT met'}")
+        cpu = {k: v * 1e6 for k, v in times["cpu"].items()}
+        print(f"{name}_cpu_mean_us floor={cpu['floor']:.0f} plain_python_tool={cpu['executor']:.0f} "
+              f"without={cpu['without']:.0f} with={cpu['with']:.0f} "
+              f"added={cpu['with'] - cpu['without']:.0f}")
     runtime.close()
     return 0 if all(verdicts) else 1
 

@@ -13,7 +13,7 @@ How a call travels (:meth:`LedgerRuntime.call` / :meth:`LedgerRuntime.acall`):
 
 1. The caller registers an *invocation* under the call's execution id and
    starts ``executor.execute`` (async callers: a task on their own loop;
-   sync callers: on the runtime's loop thread).
+   sync callers: on the package's loop thread, ``toolledger._loop``).
 2. When the executor runs the tool (its intent durable), the handler's
    ``perform`` posts the work to the invocation; the caller runs it and
    posts the answer back. A lookup during reconciliation travels the same
@@ -23,7 +23,7 @@ How a call travels (:meth:`LedgerRuntime.call` / :meth:`LedgerRuntime.acall`):
 
 A call the executor runs with no caller waiting (``executor.recover()`` at
 start-up resending under the same key) runs ``ToolSpec.run(args)`` on the
-runtime's loop thread (async) or a worker thread (sync), with no framework
+package's loop thread (async) or a worker thread (sync), with no framework
 context.
 """
 
@@ -37,13 +37,13 @@ import inspect
 import json
 import logging
 import queue
-import threading
 import unicodedata
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional, Union
 
 import toolledger as tl
 from toolledger import ffi as _ffi
+from toolledger._loop import bridge_loop as _bridge_loop
 
 log = logging.getLogger("toolledger.adapters")
 
@@ -324,9 +324,8 @@ class _Handler(_ffi.ToolHandler):
 
 
 class LedgerRuntime:
-    """A ledger, the executor the adapters register their tools with, and a
-    loop thread for synchronous callers. One per process and ledger file;
-    share it between adapters.
+    """A ledger and the executor the adapters register their tools with.
+    One per process and ledger file; share it between adapters.
 
     ``LedgerRuntime("ledger.db")`` opens (or creates) the file and closes it
     in :meth:`close`; ``LedgerRuntime(ledger)`` uses an open
@@ -342,8 +341,6 @@ class LedgerRuntime:
         self.call_timeout_s = call_timeout_s
         self._specs: dict[str, ToolSpec] = {}
         self._invocations: dict[str, _Invocation] = {}
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._loop_lock = threading.Lock()
 
     # -- tools --------------------------------------------------------------
 
@@ -405,15 +402,12 @@ class LedgerRuntime:
             del self._invocations[execution_id]
 
     def _sync_loop(self) -> asyncio.AbstractEventLoop:
-        with self._loop_lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="toolledger-adapters", daemon=True).start()
-                self._loop = loop
-            return self._loop
+        # The package's bridge loop: the library already calls tools back on
+        # it, so a sync caller's execute runs on the thread its callbacks use.
+        return _bridge_loop()
 
     async def _run_detached(self, fn: Callable[[], Any], request: tl.ToolRequest) -> Any:
-        """No caller waits: a coroutine runs on the runtime's loop thread, a
+        """No caller waits: a coroutine runs on the package's loop thread, a
         plain function in a worker thread, with ``current_call()`` set."""
         context = contextvars.copy_context()
         context.run(_CURRENT.set, request)
@@ -433,11 +427,7 @@ class LedgerRuntime:
         return await self.executor.recover()
 
     def close(self) -> None:
-        """Stops the loop thread; closes the ledger if this runtime opened it."""
-        with self._loop_lock:
-            loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
+        """Closes the ledger if this runtime opened it."""
         if self._owns_ledger:
             self.ledger.close()
 
