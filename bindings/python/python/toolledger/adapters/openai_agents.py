@@ -70,6 +70,7 @@ _OUTPUT_ITEMS = TypeAdapter(list[ResponseOutputItem])
 class _RunScope:
     run_id: str
     turn: int = 0
+    """The last turn whose model response the run got (its tools run under it)."""
     tools: dict = field(default_factory=dict)
 
 
@@ -204,7 +205,8 @@ class _LedgerModel(Model):
 
     async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs):
         scope = _scope("model")
-        scope.turn += 1
+        # A model call the SDK retries after a failure asks for the same turn.
+        turn = scope.turn + 1
 
         fresh: list[ModelResponse] = []
 
@@ -219,8 +221,9 @@ class _LedgerModel(Model):
             }
 
         done = await self.owner.runtime.acall(
-            self.owner.operation(scope.run_id), scope.turn, "model", MODEL_TOOL, "{}", body
+            self.owner.operation(scope.run_id), turn, "model", MODEL_TOOL, "{}", body
         )
+        scope.turn = turn
         if fresh and not done.replayed:
             return fresh[-1]
         stored = json.loads(done.result_json)
