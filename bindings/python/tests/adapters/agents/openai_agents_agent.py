@@ -52,7 +52,7 @@ async def main():
             from toolledger.adapters import current_call
 
             key = current_call().downstream_key
-        return await_free(send_email(client, args.downstream, {"to": to, "body": body}, key))
+        return send_email(client, args.downstream, {"to": to, "body": body}, key)
 
     send_email_tool.name = "send_email"
     model = ScriptedModel()
@@ -79,10 +79,6 @@ async def main():
         report_exception(exc)
         return
     report(status="ok", final=result.final_output)
-
-
-def await_free(value):
-    return value
 
 
 if __name__ == "__main__":
