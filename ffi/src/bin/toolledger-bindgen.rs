@@ -1,4 +1,4 @@
-//! The UniFFI binding generator, built from this crate so its version always
+//! The UniFFI binding generator (`uniffi-bindgen`), built from this crate so its version always
 //! matches the `uniffi` the library was compiled with.
 //!
 //! Run it through `scripts/generate-bindings.sh` (library mode: it reads the
