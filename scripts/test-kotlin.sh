@@ -15,9 +15,11 @@
 #    dev.toolledger.ktx), then `jar` adds libtoolledger.so as the resource
 #    linux-x86-64/libtoolledger.so, where JNA finds it on the class path. It
 #    needs JNA and kotlinx-coroutines at run time (kotlin-stdlib too).
-# 4. A second kotlinc call compiles the tests against the jar ->
-#    build/tests.jar. Each kotlinc call (10 s to minutes) is skipped when its
-#    inputs are byte-identical to the last successful one (sha256 stamps).
+# 4. A second kotlinc call compiles the tests and the README's quick start
+#    (extracted from bindings/kotlin/README.md as written) against the jar ->
+#    build/tests.jar; the quick start then runs in an empty directory and
+#    must print the README's output. Each kotlinc call (10 s to minutes) is
+#    skipped when its inputs are byte-identical to the last successful one.
 # 5. java -cp tests.jar:<the jar>:<runtime> dev.toolledger.test.MainKt, with
 #    NO jna.library.path: the library is loaded from inside the jar (a test
 #    checks it). The last line of output is `N passed, N failed`; the exit
@@ -100,9 +102,34 @@ cp -f "$classes" "$jar_out"
 jar uf "$jar_out" -C "$build/native" "$jna_prefix/${libfile}"
 echo "test-kotlin: built $jar_out ($(du -k "$jar_out" | cut -f1) KiB; $jna_prefix/${libfile} inside)" >&2
 
-# ---- 4. the tests, compiled against the jar ---------------------------------------------
+# ---- 4. the tests and the README quick start, compiled against the jar -----------------
+readme=bindings/kotlin/README.md
+mkdir -p "$build/readme"
+python3 - "$readme" "$build/readme/Quickstart.kt" "$build/readme/expected.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+start = text.index("## Quick start (desktop JVM)")
+code = re.compile(r"```kotlin\n(.*?)```", re.S).search(text, start)
+expected = re.compile(r"```text\n(.*?)```", re.S).search(text, code.end())
+open(sys.argv[2], "w").write(code.group(1))
+open(sys.argv[3], "w").write(expected.group(1))
+PY
 tests_jar="$build/tests.jar"
-compile_once "$tests_jar" "$tests_jar.sha256" "$classes:$KOTLIN_COMPILE_CP" "${tests[@]}"
+compile_once "$tests_jar" "$tests_jar.sha256" "$classes:$KOTLIN_COMPILE_CP" "${tests[@]}" "$build/readme/Quickstart.kt"
+
+# The quick start as a user runs it, in an empty directory: it must print
+# exactly the README's output.
+qs_dir="$(mktemp -d)"
+qs_cp="$PWD/$tests_jar:$PWD/$jar_out:$KOTLIN_RUNTIME_CP"
+( cd "$qs_dir" && java -cp "$qs_cp" QuickstartKt ) > "$build/readme/actual.txt" \
+  || { echo "test-kotlin: the README quick start failed" >&2; rm -rf "$qs_dir"; exit 1; }
+rm -rf "$qs_dir"
+if ! cmp -s "$build/readme/expected.txt" "$build/readme/actual.txt"; then
+  echo "test-kotlin: the README quick start printed something else:" >&2
+  diff "$build/readme/expected.txt" "$build/readme/actual.txt" >&2 || true
+  exit 1
+fi
+echo "test-kotlin: the README quick start ran as written and printed the README's output" >&2
 
 # ---- 5. run (no jna.library.path: the library comes out of the jar) ---------------------
 set +e

@@ -13,6 +13,7 @@
 #      generated/ToolLedger.swift      -> Sources/ToolLedgerBindings/ToolLedger.swift
 #      generated/toolledgerFFI.h       -> Sources/toolledgerFFI/toolledgerFFI.h
 #      generated/toolledgerFFI.modulemap -> Sources/toolledgerFFI/module.modulemap
+#      README.md's ```swift quick start  -> Sources/ToolLedgerQuickStart/main.swift
 #      <target>/<profile>/libtoolledger.so -> lib/   (a private copy: a concurrent
 #      cargo build cannot swap the library under the running tests)
 # 4. The release manifest: platforms/ios/release.sh write-manifest on a copy
@@ -71,6 +72,20 @@ cp -p "$gen/ToolLedger.swift" "$pkg/Sources/ToolLedgerBindings/ToolLedger.swift"
 cp -p "$gen/toolledgerFFI.h" "$pkg/Sources/toolledgerFFI/toolledgerFFI.h"
 cp -p "$gen/toolledgerFFI.modulemap" "$pkg/Sources/toolledgerFFI/module.modulemap"
 cp -p "$lib" "$pkg/lib/$libfile"
+# README.md's quick start, as written (cmp first: an unchanged copy keeps its
+# mtime and does not rebuild).
+mkdir -p "$pkg/Sources/ToolLedgerQuickStart"
+python3 - "$pkg/README.md" "$pkg/Sources/ToolLedgerQuickStart/main.swift.new" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+code = re.compile(r"```swift\n(.*?)```", re.S).search(text, text.index("## Quick start"))
+open(sys.argv[2], "w").write(code.group(1))
+PY
+if cmp -s "$pkg/Sources/ToolLedgerQuickStart/main.swift.new" "$pkg/Sources/ToolLedgerQuickStart/main.swift"; then
+  rm -f "$pkg/Sources/ToolLedgerQuickStart/main.swift.new"
+else
+  mv -f "$pkg/Sources/ToolLedgerQuickStart/main.swift.new" "$pkg/Sources/ToolLedgerQuickStart/main.swift"
+fi
 
 # ---- 4. the release manifest ------------------------------------------------------
 # platforms/ios/release.sh's last step (checksum and URL into Package.swift)

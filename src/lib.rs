@@ -45,3 +45,8 @@ pub mod ledger;
 pub mod model;
 pub mod provider;
 pub mod store;
+
+/// The README's Rust blocks, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -7,6 +7,7 @@
 //   Sources/toolledgerFFI/       toolledgerFFI.h + module.modulemap   (generated, not committed)
 //   Sources/ToolLedgerBindings/  ToolLedger.swift, the generated API  (generated, not committed)
 //   Sources/ToolLedger/          the hand-written layer               (committed)
+//   Sources/ToolLedgerQuickStart/ main.swift: README.md's quick start  (copied, not committed)
 //   lib/                         libtoolledger.so (or .dylib)         (copied, not committed)
 //
 // The package names no library path: the test script passes
@@ -47,9 +48,11 @@ let package = Package(
         .target(name: "ToolLedgerTestTools", dependencies: ["ToolLedger"]),
         // The process the crash-recovery test SIGKILLs mid-call.
         .executableTarget(name: "ToolLedgerCrashChild", dependencies: ["ToolLedger", "ToolLedgerTestTools"]),
+        // README.md's quick start, copied in as written by scripts/test-swift.sh.
+        .executableTarget(name: "ToolLedgerQuickStart", dependencies: ["ToolLedger"]),
         .testTarget(
             name: "ToolLedgerTests",
-            dependencies: ["ToolLedger", "ToolLedgerTestTools", "ToolLedgerCrashChild"]
+            dependencies: ["ToolLedger", "ToolLedgerTestTools", "ToolLedgerCrashChild", "ToolLedgerQuickStart"]
         ),
     ]
 )
