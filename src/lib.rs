@@ -51,3 +51,8 @@ pub mod ledger;
 pub mod model;
 pub mod provider;
 mod store;
+
+/// The README's Rust blocks, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
