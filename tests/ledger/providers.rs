@@ -628,8 +628,9 @@ fn gemini_partial_args_join_into_calls() {
 #[test]
 fn gemini_server_answers_in_a_later_chunk_still_count() {
     // Server-side MCP, streamed: the call and the API's answer arrive in
-    // different chunks. Parsed alone, the first chunk cannot know the call
-    // was answered; assembled, it is skipped.
+    // different chunks. Parsed alone, the first chunk cannot know whether the
+    // call will be answered, so (no finishReason: the model has not stopped)
+    // it is refused, never handed out; assembled, the call is skipped.
     let gemini = Provider::Gemini;
     let stream = [
         r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"get_forecast","args":{"city":"Oslo"}}}]}}]}"#,
@@ -638,22 +639,31 @@ fn gemini_server_answers_in_a_later_chunk_still_count() {
     ];
     assert_eq!(assemble(gemini, &stream).unwrap(), vec![]);
     assert_eq!(
-        parse_tool_calls(gemini, stream[0], 0, &ParseLimits::default())
-            .unwrap()
-            .len(),
-        1
+        parse_tool_calls(gemini, stream[0], 0, &ParseLimits::default()),
+        Err(ProviderError::IncompleteCall {
+            provider: gemini,
+            field: "candidates[0].content.parts[0].functionCall".into()
+        })
     );
+    // Every chunk parsed on its own: no call is ever returned.
+    for chunk in stream {
+        assert!(!matches!(
+            parse_tool_calls(gemini, chunk, 0, &ParseLimits::default()),
+            Ok(calls) if !calls.is_empty()
+        ));
+    }
 }
 
 #[test]
 fn no_chunk_with_a_partial_call_parses_as_a_call() {
-    // Parsed one by one, the Gemini chunks give either no calls, the whole
-    // call of a chunk, or a refusal: never the streamed call with missing
-    // arguments.
+    // Parsed one by one, the Gemini chunks give either no calls or a
+    // refusal: never the streamed call with missing arguments, and not even
+    // the whole call of chunk 6 (no finishReason: the model had not stopped,
+    // an answer from the API could still follow).
     for (index, chunk) in chunks("gemini_stream").iter().enumerate() {
         let parsed = parse_tool_calls(Provider::Gemini, chunk, 2, &ParseLimits::default());
         match index {
-            1..=4 => assert!(
+            1..=4 | 6 => assert!(
                 matches!(parsed, Err(ProviderError::IncompleteCall { .. })),
                 "chunk {index}: {parsed:?}"
             ),
@@ -661,7 +671,6 @@ fn no_chunk_with_a_partial_call_parses_as_a_call() {
                 matches!(parsed, Err(ProviderError::MissingField { ref field, .. }) if field.ends_with("functionCall.name")),
                 "chunk {index}: {parsed:?}"
             ),
-            6 => assert_eq!(parsed.unwrap().len(), 1),
             _ => assert_eq!(parsed.unwrap(), vec![]),
         }
     }
@@ -1151,7 +1160,7 @@ fn payloads(args: &str) -> Vec<(Provider, String)> {
         (
             Provider::Gemini,
             format!(
-                r#"{{"candidates":[{{"content":{{"role":"model","parts":[{{"functionCall":{{"id":"c","name":"f","args":{args}}}}}]}}}}]}}"#
+                r#"{{"candidates":[{{"content":{{"role":"model","parts":[{{"functionCall":{{"id":"c","name":"f","args":{args}}}}}]}},"finishReason":"STOP"}}]}}"#
             ),
         ),
         (
