@@ -1172,6 +1172,88 @@ fn payloads(args: &str) -> Vec<(Provider, String)> {
     ]
 }
 
+/// The message each provider of [`payloads`] (in that order) renders for the
+/// object result whose compact text is `compact`, answering call `c` of `f`.
+fn rendered_forms(compact: &str) -> [String; 5] {
+    let text = quoted(compact);
+    [
+        format!(r#"{{"role":"tool","tool_call_id":"c","content":{text}}}"#),
+        format!(r#"{{"type":"function_call_output","call_id":"c","output":{text}}}"#),
+        format!(r#"{{"type":"tool_result","tool_use_id":"c","content":{text}}}"#),
+        format!(r#"{{"functionResponse":{{"id":"c","name":"f","response":{compact}}}}}"#),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"c","result":{{"content":[{{"type":"text","text":{text}}}],"structuredContent":{compact},"isError":false}}}}"#
+        ),
+    ]
+}
+
+/// A side-effecting tool `f` that keeps the arguments text it was handed
+/// and answers with a fixed result text.
+struct Exact {
+    seen: Arc<Mutex<Vec<String>>>,
+    result_json: String,
+}
+
+#[async_trait]
+impl ToolHandler for Exact {
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            idempotency_key: true,
+            ..ToolDescriptor::side_effect("f", 1)
+        }
+    }
+    async fn perform(&self, req: ToolRequest) -> Result<PerformOutcome, ToolError> {
+        self.seen.lock().unwrap().push(req.arguments_json.clone());
+        Ok(PerformOutcome::Committed {
+            result_json: self.result_json.clone(),
+            external_id: None,
+        })
+    }
+}
+
+/// One call of `provider`'s `payload` through a file-backed ledger: the
+/// arguments text the tool was handed, and the rendered result of the first
+/// run and of the replay after reopening the file (when nothing runs).
+fn through_the_ledger(
+    provider: Provider,
+    payload: &str,
+    result_json: &str,
+) -> (String, String, String) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("numbers.db");
+    let op = OperationId::new("op_numbers").unwrap();
+    let run = |seen: &Arc<Mutex<Vec<String>>>| {
+        let ledger = Ledger::open(&path, LedgerConfig::default()).unwrap();
+        let exec = Executor::new(Arc::new(ledger), ExecutorConfig::default());
+        exec.register(Arc::new(Exact {
+            seen: seen.clone(),
+            result_json: result_json.to_owned(),
+        }))
+        .unwrap();
+        let call = parse_one(provider, payload);
+        let outcomes = runtime
+            .block_on(exec.execute_round(&op, 0, vec![call.clone()]))
+            .unwrap();
+        let output_json = outcomes[0].result_json().unwrap().to_owned();
+        render_tool_result(&call, &stored(output_json)).unwrap()
+    };
+    let first_seen = Arc::new(Mutex::new(Vec::new()));
+    let first = run(&first_seen);
+    let replay_seen = Arc::new(Mutex::new(Vec::new()));
+    let replayed = run(&replay_seen);
+    assert!(
+        replay_seen.lock().unwrap().is_empty(),
+        "a replay runs nothing"
+    );
+    let mut seen = first_seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "the tool ran once");
+    (seen.remove(0), first, replayed)
+}
+
 fn parse_one(provider: Provider, payload: &str) -> ToolCall {
     let mut calls = parse_tool_calls(provider, payload, 0, &ParseLimits::default()).unwrap();
     assert_eq!(calls.len(), 1);
@@ -1208,16 +1290,7 @@ proptest! {
             .into_iter()
             .map(|(provider, payload)| parse_one(provider, &payload))
             .collect();
-        let expected = [
-            format!(r#"{{"role":"tool","tool_call_id":"c","content":{text}}}"#),
-            format!(r#"{{"type":"function_call_output","call_id":"c","output":{text}}}"#),
-            format!(r#"{{"type":"tool_result","tool_use_id":"c","content":{text}}}"#),
-            format!(r#"{{"functionResponse":{{"id":"c","name":"f","response":{compact}}}}}"#),
-            format!(
-                r#"{{"jsonrpc":"2.0","id":"c","result":{{"content":[{{"type":"text","text":{text}}}],"structuredContent":{compact},"isError":false}}}}"#
-            ),
-        ];
-        for (call, expected) in calls.iter().zip(expected) {
+        for (call, expected) in calls.iter().zip(rendered_forms(&compact)) {
             prop_assert_eq!(render_tool_result(call, &stored(result.clone())).unwrap(), expected);
         }
         // A bare number result: as text for the text-only formats, wrapped
@@ -1250,6 +1323,28 @@ proptest! {
             rendered,
             format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"ok"}}],"isError":false}}}}"#)
         );
+    }
+}
+
+proptest! {
+    // Each case opens a SQLite file ten times (five providers, run and
+    // replay): fewer cases than the parser-only properties above.
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn numbers_cross_the_ledger_unchanged(n in number(), m in number()) {
+        // Payload → parse → begin (digest) → the tool's arguments; the
+        // tool's result → committed in SQLite → rendered, and after a
+        // reopen replayed and rendered again: byte for byte every time.
+        let args = format!(r#"{{"n": {n}, "list": [{m}, -0, 224.18827276432074]}}"#);
+        let expected_args = format!(r#"{{"list":[{m},-0,224.18827276432074],"n":{n}}}"#);
+        let result = format!(r#"{{"a":[{m},18446744073709551617],"v":{n}}}"#);
+        for ((provider, payload), expected) in payloads(&args).into_iter().zip(rendered_forms(&result)) {
+            let (handed, first, replayed) = through_the_ledger(provider, &payload, &result);
+            prop_assert_eq!(&handed, &expected_args, "{}", provider);
+            prop_assert_eq!(&first, &expected, "{}", provider);
+            prop_assert_eq!(&replayed, &expected, "{}", provider);
+        }
     }
 }
 
