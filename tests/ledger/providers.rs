@@ -654,6 +654,53 @@ fn gemini_server_answers_in_a_later_chunk_still_count() {
     }
 }
 
+#[tokio::test]
+async fn a_gemini_stream_with_server_calls_runs_only_the_clients_call_once() {
+    // Server-side MCP and streamed arguments in one stream: two calls the
+    // API ran (answered one and two chunks later), then the client's call
+    // in pieces. Tools of the server calls' names are registered here too:
+    // they must never run.
+    let gemini = Provider::Gemini;
+    let stream = chunks("gemini_server_mcp_stream");
+    for (index, chunk) in stream.iter().enumerate() {
+        let parsed = parse_tool_calls(gemini, chunk, 5, &ParseLimits::default());
+        assert!(
+            !matches!(parsed, Ok(ref calls) if !calls.is_empty()),
+            "chunk {index} alone gave a call"
+        );
+    }
+    let assembled = assemble(gemini, &stream).unwrap();
+    assert_eq!(
+        assembled,
+        vec![call(
+            gemini,
+            "fc-pay-31",
+            false,
+            "transfer_funds",
+            r#"{"amount":224.18827276432074,"iban":"PT50 0002 0123 1234 5678 9015 4","reference":18446744073709551617}"#,
+            0
+        )]
+    );
+    let (exec, performs) = executor();
+    let op = OperationId::new("op_gemini_stream").unwrap();
+    let first = exec.execute_round(&op, 2, assembled.clone()).await.unwrap();
+    let echoed = first[0].result_json().unwrap();
+    assert!(
+        echoed.ends_with(&format!(r#""echo":{}}}"#, assembled[0].arguments)),
+        "the tool got the arguments byte for byte"
+    );
+    let effects = || performs.lock().unwrap().values().sum::<u32>();
+    assert_eq!(effects(), 1, "only transfer_funds ran");
+    // The stream again (a retry after a crash): a replay, nothing runs.
+    let again = assemble(gemini, &stream).unwrap();
+    let second = exec.execute_round(&op, 2, again).await.unwrap();
+    assert!(matches!(
+        second[0],
+        CallOutcome::Completed { replayed: true, .. }
+    ));
+    assert_eq!(effects(), 1);
+}
+
 #[test]
 fn no_chunk_with_a_partial_call_parses_as_a_call() {
     // Parsed one by one, the Gemini chunks give either no calls or a
