@@ -239,6 +239,14 @@ impl Executor {
                 self.metrics_sink().stale_attempt();
                 Ok(Step::Done(self.current_outcome(id)?))
             }
+            // Two reconcilers of the same attempt (any session may resolve
+            // an unknown outcome): the other one committed it first, so
+            // this one's resolution finds the row committed. The stored
+            // result is the answer; nothing was sent by either.
+            Err(ledger::Error::InvalidTransition { from, .. }) if from.is_committed() => {
+                self.metrics_sink().stale_attempt();
+                Ok(Step::Done(self.current_outcome(id)?))
+            }
             Err(e) => Err(e.into()),
         }
     }

@@ -1255,3 +1255,99 @@ async fn an_attempt_whose_caller_went_away_is_reconciled_not_left_in_flight() {
     let out = exec.execute(&op("o"), 0, call).await.unwrap();
     assert_eq!(out.result_json(), Some(r#"{"attempt":2}"#), "{out:?}");
 }
+
+/// A payment tool whose first lookup waits until the test releases it,
+/// then finds the payment; it never performs.
+struct GatedLookup {
+    release: Arc<tokio::sync::Notify>,
+    lookups: AtomicU32,
+    performs: AtomicU32,
+}
+
+#[async_trait]
+impl ToolHandler for GatedLookup {
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            lookup: true,
+            ..ToolDescriptor::side_effect("pay", 1)
+        }
+    }
+    async fn perform(&self, _req: ToolRequest) -> Result<PerformOutcome, ToolError> {
+        self.performs.fetch_add(1, Ordering::SeqCst);
+        Ok(PerformOutcome::Committed {
+            result_json: r#"{"paid":"again"}"#.into(),
+            external_id: None,
+        })
+    }
+    async fn lookup(
+        &self,
+        _req: ToolRequest,
+    ) -> Result<toolledger::executor::LookupOutcome, ToolError> {
+        if self.lookups.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.release.notified().await;
+        }
+        Ok(toolledger::executor::LookupOutcome::Found {
+            result_json: r#"{"paid":"12.50"}"#.into(),
+            external_id: Some("pay_1".into()),
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_reconcilers_of_one_unknown_outcome_both_answer_with_the_one_result() {
+    // Any session may resolve an unknown outcome under its current attempt.
+    // Two do at once (an app's recover() and its extension's): the slower
+    // one finds the row already committed by the other. Seen in the live
+    // torture run as "Commit is not allowed from result_delivered" handed
+    // to the app; the answer is the committed result, and nothing is sent.
+    const PAY: &str = r#"{"amount":"12.50","to":"bob"}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (app, clock) = open_at(&path);
+    let Begin::Execute(t1) = app.begin(&op("o"), 0, &spec("call_1", "pay", PAY)).unwrap() else {
+        panic!()
+    };
+    app.mark_outcome_unknown(&t1.attempt_id(), "connection reset")
+        .unwrap();
+    drop(app);
+
+    let tool = Arc::new(GatedLookup {
+        release: Arc::new(tokio::sync::Notify::new()),
+        lookups: AtomicU32::new(0),
+        performs: AtomicU32::new(0),
+    });
+    let slow = executor_at(&path, &clock);
+    let fast = executor_at(&path, &clock);
+    slow.register(tool.clone()).unwrap();
+    fast.register(tool.clone()).unwrap();
+    let first = tokio::spawn({
+        let slow = slow.clone();
+        async move { slow.execute(&op("o"), 0, call("call_1", "pay", PAY)).await }
+    });
+    wait_for(|| tool.lookups.load(Ordering::SeqCst) == 1).await;
+    let second = fast
+        .execute(&op("o"), 0, call("call_1", "pay", PAY))
+        .await
+        .unwrap();
+    assert_eq!(
+        second.result_json(),
+        Some(r#"{"paid":"12.50"}"#),
+        "{second:?}"
+    );
+    tool.release.notify_one();
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(
+        first.result_json(),
+        Some(r#"{"paid":"12.50"}"#),
+        "{first:?}"
+    );
+    assert_eq!(
+        tool.performs.load(Ordering::SeqCst),
+        0,
+        "nothing sent again"
+    );
+    assert_eq!(tool.lookups.load(Ordering::SeqCst), 2);
+    let rec = fast.ledger().get(&t1.execution_id).unwrap().unwrap();
+    assert!(rec.status.is_committed(), "{:?}", rec.status);
+    assert_eq!(rec.attempt_count, 1);
+}
