@@ -20,12 +20,16 @@ def send_email(request):
     raise AssertionError("the child performs the effect itself")
 
 
+def kind(value):
+    return type(value).__name__.rsplit(".", 1)[-1]
+
+
 def main(ledger_path, downstream_path, marker):
     ledger = ffi.Ledger.open(ledger_path, ffi.LedgerConfig())
     executor = ffi.ToolExecutor(ledger, ffi.ExecutorConfig())
     executor.register(tl.tools.Adapter(send_email, lambda: None))
     step = executor.start("op_crash", 0, email_call())
-    assert type(step).__name__ == "PERFORM", step
+    assert kind(step) == "PERFORM", step
     Downstream(downstream_path).perform(step.attempt.request.downstream_key, step.attempt.request.arguments_json)
     open(marker, "w").close()
     time.sleep(120)
