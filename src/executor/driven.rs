@@ -289,7 +289,7 @@ impl Executor {
                             read_only: false,
                         }))
                     }
-                    Reconciling::Settled(next) => next,
+                    Reconciling::Settled(next) => *next,
                 },
                 Step::Retry { id, after } => {
                     let rec = self

@@ -41,7 +41,7 @@ pub(super) enum Reconciling {
     /// [`Executor::reconcile_after_lookup`].
     Lookup,
     /// Settled without a lookup.
-    Settled(Step),
+    Settled(Box<Step>),
 }
 
 pub(super) fn completed(r: StoredResult, replayed: bool) -> CallOutcome {
@@ -351,7 +351,7 @@ impl Executor {
         ticket: Ticket,
     ) -> Result<Step> {
         match self.reconcile_start(desc, &ticket)? {
-            Reconciling::Settled(step) => Ok(step),
+            Reconciling::Settled(step) => Ok(*step),
             Reconciling::Lookup => {
                 let found = tool.lookup(request_for(&ticket)).await;
                 self.reconcile_after_lookup(desc, ticket, found)
@@ -372,17 +372,19 @@ impl Executor {
         // its completion arrives by polling or webhook.
         if let Some((job_id, state)) = self.ledger().job(id)? {
             if state != "succeeded" && state != "failed" {
-                return Ok(Reconciling::Settled(Step::Done(CallOutcome::Pending {
-                    execution_id: id.clone(),
-                    job_id,
-                })));
+                return Ok(Reconciling::Settled(Box::new(Step::Done(
+                    CallOutcome::Pending {
+                        execution_id: id.clone(),
+                        job_id,
+                    },
+                ))));
             }
         }
         if desc.lookup {
             return Ok(Reconciling::Lookup);
         }
         self.reconcile_without_lookup(desc, ticket)
-            .map(Reconciling::Settled)
+            .map(|step| Reconciling::Settled(Box::new(step)))
     }
 
     /// Whether another attempt may be sent for `ticket`'s execution: not

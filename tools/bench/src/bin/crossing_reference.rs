@@ -93,7 +93,8 @@ impl Reference {
         match figure {
             "ledger" => {
                 let call = ToolCall::custom(self.call_id(), "noop", "{}");
-                let Begin::Execute(ticket) = self.ledger.begin(&self.op, 1, &CallSpec::new(call, 1))?
+                let Begin::Execute(ticket) =
+                    self.ledger.begin(&self.op, 1, &CallSpec::new(call, 1))?
                 else {
                     return Err("a new call was not executed".into());
                 };
