@@ -193,7 +193,17 @@ impl Executor {
                 (self.ticket_of(request)?, outcome)
             }
         };
-        let step = self.after_perform(&desc, ticket, outcome)?;
+        let attempt_no = ticket.attempt;
+        let step = match self.after_perform(&desc, ticket, outcome) {
+            Ok(step) => step,
+            Err(e) => {
+                // Not recorded (a storage failure): nobody in this process
+                // will finish the attempt, so the next ask reconciles it, as
+                // for an `execute` whose step failed.
+                self.orphan(&request.execution_id, attempt_no);
+                return Err(e);
+            }
+        };
         if let Step::Retry { after, .. } = step {
             return Ok(CallerStep::Retry {
                 attempt: attempt.clone(),
@@ -322,6 +332,16 @@ impl Executor {
                     started: Instant::now(),
                 },
             );
+        }
+    }
+
+    /// Marks attempt `attempt` of `id` as nobody's in this process (see
+    /// `Executor::take_over_orphan`).
+    fn orphan(&self, id: &ExecutionId, attempt: u32) {
+        if let Ok(mut a) = self.inner.attempts.lock() {
+            if !a.running.contains_key(id) {
+                a.orphans.insert(id.clone(), attempt);
+            }
         }
     }
 

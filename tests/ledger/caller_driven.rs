@@ -523,3 +523,38 @@ fn an_independent_batch_tool_is_refused_before_anything_is_recorded() {
         0
     );
 }
+
+#[test]
+fn a_report_that_cannot_be_recorded_leaves_the_attempt_to_be_reconciled_not_in_flight() {
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let config = toolledger::ledger::LedgerConfig {
+        busy_timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let ledger = toolledger::ledger::Ledger::open(&path, config).unwrap();
+    let exec = Executor::new(Arc::new(ledger), downstream::fast_config());
+    exec.register(tool(&service, true, false)).unwrap();
+    let a = perform_of(exec.start(&op("op"), 0, pay()).unwrap());
+    let done = perform(&service, &a.request);
+    // Another writer holds the lock past the busy timeout: the report fails.
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    assert!(exec.report(&a, done).is_err());
+    holder.execute_batch("ROLLBACK").unwrap();
+    drop(holder);
+    // Nobody in this process will report attempt 1 now: the next ask
+    // reconciles it (a same-key resend), instead of answering InFlight.
+    let step = exec.start(&op("op"), 0, pay()).unwrap();
+    let CallerStep::Perform(a2) = &step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(a2.request.attempt, 2);
+    let (out, _, _) = drive(&exec, &service, step);
+    assert!(matches!(out, CallOutcome::Completed { .. }), "{out:?}");
+    assert_eq!(service.effects().len(), 1);
+}
