@@ -48,6 +48,11 @@ let package = Package(
         .target(name: "ToolLedgerTestTools", dependencies: ["ToolLedger"]),
         // The process the crash-recovery test SIGKILLs mid-call.
         .executableTarget(name: "ToolLedgerCrashChild", dependencies: ["ToolLedger", "ToolLedgerTestTools"]),
+        // The crossing benchmark (scripts/bench-crossing.sh swift).
+        .executableTarget(
+            name: "ToolLedgerCrossingBench", dependencies: ["ToolLedger"],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
         // README.md's quick start, copied in as written by scripts/test-swift.sh.
         .executableTarget(name: "ToolLedgerQuickStart", dependencies: ["ToolLedger"]),
         .testTarget(

@@ -248,7 +248,7 @@ impl From<executor::Error> for LedgerError {
         match e {
             X::Ledger(l) => l.into(),
             X::UnknownTool(name) => LedgerError::UnknownTool { name },
-            X::DuplicateTool(_) | X::BatchShape(_) => LedgerError::invalid(&e),
+            X::DuplicateTool(_) | X::BatchShape(_) | X::CallerDriven(_) => LedgerError::invalid(&e),
             X::Internal(message) => LedgerError::Internal { message },
             other => LedgerError::Internal {
                 message: other.to_string(),

@@ -25,7 +25,7 @@ type Result<T, E = LedgerError> = std::result::Result<T, E>;
 /// Runs registered tools under the effectively-once protocol.
 #[derive(Debug, uniffi::Object)]
 pub struct ToolExecutor {
-    inner: core::Executor,
+    pub(crate) inner: core::Executor,
 }
 
 #[uniffi::export]

@@ -8,7 +8,7 @@
 //! | exported | wraps | |
 //! |---|---|---|
 //! | [`Ledger`] | `ledger::Ledger` | the durable state machine; sync methods (short SQLite transactions: call them off the main thread) |
-//! | [`ToolExecutor`] | `executor::Executor` | runs foreign [`ToolHandler`]s; async methods on a tokio runtime inside the library |
+//! | [`ToolExecutor`] | `executor::Executor` | runs foreign [`ToolHandler`]s; async methods on a tokio runtime inside the library; caller-driven sync methods (`start` → [`CallerStep`] → `report`) that run the tool on the caller's thread |
 //! | [`parse_tool_calls`], [`render_tool_result`], [`ToolCallStream`] … | `provider` | provider wire formats, stream assembly |
 //!
 //! Errors: every fallible function returns [`LedgerError`], one structured
@@ -25,6 +25,7 @@
 //! crate (also `toolledger`) is `toolledger_core` here.
 #![warn(missing_docs)]
 
+mod driven;
 mod error;
 mod execution;
 mod executor;
@@ -35,6 +36,7 @@ mod provider;
 mod records;
 mod tool;
 
+pub use driven::{CallerAttempt, CallerStep};
 pub use error::{LedgerError, StorageKind};
 pub use execution::{
     CancelOutcome, Execution, ExecutionStatus, JobApplied, JobUpdate, LedgerStats, OperationStatus,

@@ -120,6 +120,20 @@ impl From<core::ToolRequest> for ToolRequest {
     }
 }
 
+impl From<ToolRequest> for core::ToolRequest {
+    fn from(r: ToolRequest) -> core::ToolRequest {
+        core::ToolRequest {
+            execution_id: r.execution_id,
+            downstream_key: r.downstream_key,
+            tool_name: r.tool_name,
+            arguments_json: r.arguments_json,
+            attempt: r.attempt,
+            item_index: r.item_index,
+            external_id: r.external_id,
+        }
+    }
+}
+
 /// What one `perform` did. Return `Unknown` (or throw) when the request may
 /// have reached the downstream and you cannot tell whether it committed.
 // No `Debug`: it holds argument or result values, which are never logged.

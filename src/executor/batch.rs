@@ -163,7 +163,7 @@ pub(super) async fn perform_items(
                 let outcome = PerformOutcome::Unknown {
                     reason: "a batch item started a background job".into(),
                 };
-                return exec.after_perform(desc, ticket, outcome).await;
+                return exec.after_perform(desc, ticket, outcome);
             }
             PerformOutcome::FailedBeforeCommit { .. }
                 if exec.earlier_may_land(desc, &ticket).is_some() =>
@@ -195,12 +195,14 @@ pub(super) async fn perform_items(
                     if let Err(e) = failed {
                         return exec.or_current(&id, Err(e));
                     }
-                    tokio::time::sleep(backoff(exec.config(), ticket.attempt, id.as_str())).await;
-                    return exec.next_attempt(&id);
+                    return Ok(Step::Retry {
+                        after: backoff(exec.config(), ticket.attempt, id.as_str()),
+                        id,
+                    });
                 }
                 return end_batch(exec, &ticket, &done, &reason, false);
             }
-            other => return exec.after_perform(desc, ticket, other).await,
+            other => return exec.after_perform(desc, ticket, other),
         }
     }
     // Every item committed: one result holding the items' results in order.

@@ -30,6 +30,7 @@
 //! ```
 
 mod batch;
+mod driven;
 mod error;
 mod metrics;
 mod outcome;
@@ -41,6 +42,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+pub use driven::{CallerAttempt, CallerStep};
 pub use error::{Error, Result};
 pub use metrics::{LatencySummary, Metrics, MetricsSnapshot};
 pub use outcome::CallOutcome;
@@ -106,6 +108,9 @@ struct Inner {
 struct Attempts {
     running: Map<ExecutionId, u32>,
     orphans: Map<ExecutionId, u32>,
+    /// Attempts handed to callers that run the tool themselves
+    /// ([`Executor::start`]), until reported; each is in `running` too.
+    driven: Map<ExecutionId, driven::Driven>,
 }
 
 /// What [`Executor::recover`] did.
@@ -576,8 +581,8 @@ impl Executor {
                 })
             }
             protocol::Step::Done(outcome) => Ok(outcome),
-            protocol::Step::Reconcile(_) => Err(Error::Internal(
-                "a resolution cannot lead to another reconciliation".into(),
+            protocol::Step::Reconcile(_) | protocol::Step::Retry { .. } => Err(Error::Internal(
+                "a resolution cannot lead to another reconciliation or a retry".into(),
             )),
         }
     }

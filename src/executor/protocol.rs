@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use super::tool::{
-    BatchMode, LookupOutcome, PerformOutcome, ToolDescriptor, ToolHandler, ToolRequest,
+    BatchMode, LookupOutcome, PerformOutcome, ToolDescriptor, ToolError, ToolHandler, ToolRequest,
 };
 use super::{backoff, batch, CallOutcome, Executor, Result};
 use crate::crashpoint::{self, CrashPoint};
@@ -23,8 +23,25 @@ pub(super) enum Step {
     Perform(Ticket),
     /// The outcome is unknown: reconcile before anything else.
     Reconcile(Ticket),
+    /// A retryable failure with attempts left: after `after` (the backoff),
+    /// start the next attempt (unless the operation was cancelled meanwhile).
+    Retry {
+        /// The execution.
+        id: ExecutionId,
+        /// How long to wait first.
+        after: Duration,
+    },
     /// Finished.
     Done(CallOutcome),
+}
+
+/// Where reconciling an unknown outcome stands before any lookup.
+pub(super) enum Reconciling {
+    /// The tool looks effects up: run its `lookup`, then
+    /// [`Executor::reconcile_after_lookup`].
+    Lookup,
+    /// Settled without a lookup.
+    Settled(Box<Step>),
 }
 
 pub(super) fn completed(r: StoredResult, replayed: bool) -> CallOutcome {
@@ -45,8 +62,45 @@ impl Executor {
         desc: &ToolDescriptor,
         begin: Begin,
     ) -> Result<CallOutcome> {
+        let mut step = self.first_step(tool, begin)?;
+        // Bounded: every Perform/Reconcile round trip consumes an attempt,
+        // and attempts are capped by `max_attempts`.
+        loop {
+            step = match step {
+                Step::Done(outcome) => return Ok(outcome),
+                Step::Perform(ticket) => {
+                    // Dropped unfinished (the caller went away, a step
+                    // failed): the attempt is an orphan of this executor.
+                    let running = self.running(&ticket);
+                    let next = match desc.batch {
+                        BatchMode::Independent => {
+                            batch::perform_items(self, tool, desc, ticket, false).await?
+                        }
+                        BatchMode::Atomic => self.perform_once(tool, desc, ticket).await?,
+                    };
+                    running.finish();
+                    next
+                }
+                Step::Retry { id, after } => {
+                    tokio::time::sleep(after).await;
+                    self.next_attempt(&id)?
+                }
+                Step::Reconcile(ticket) => match desc.batch {
+                    BatchMode::Independent => {
+                        batch::perform_items(self, tool, desc, ticket, true).await?
+                    }
+                    BatchMode::Atomic => self.reconcile(tool, desc, ticket).await?,
+                },
+            };
+        }
+    }
+
+    /// The first step for a `begin` (or `continue_execution`) answer: the
+    /// one translation of the ledger's answer into the executor's steps,
+    /// for [`Executor::drive`] and for caller-driven calls alike.
+    pub(super) fn first_step(&self, tool: &dyn ToolHandler, begin: Begin) -> Result<Step> {
         let metrics = self.metrics_sink();
-        let mut step = match begin {
+        let step = match begin {
             Begin::Execute(t) => Step::Perform(t),
             Begin::Reconcile(t) => Step::Reconcile(t),
             Begin::Replay(r) => {
@@ -100,32 +154,7 @@ impl Executor {
                 Step::Done(CallOutcome::Cancelled { execution_id })
             }
         };
-        // Bounded: every Perform/Reconcile round trip consumes an attempt,
-        // and attempts are capped by `max_attempts`.
-        loop {
-            step = match step {
-                Step::Done(outcome) => return Ok(outcome),
-                Step::Perform(ticket) => {
-                    // Dropped unfinished (the caller went away, a step
-                    // failed): the attempt is an orphan of this executor.
-                    let running = self.running(&ticket);
-                    let next = match desc.batch {
-                        BatchMode::Independent => {
-                            batch::perform_items(self, tool, desc, ticket, false).await?
-                        }
-                        BatchMode::Atomic => self.perform_once(tool, desc, ticket).await?,
-                    };
-                    running.finish();
-                    next
-                }
-                Step::Reconcile(ticket) => match desc.batch {
-                    BatchMode::Independent => {
-                        batch::perform_items(self, tool, desc, ticket, true).await?
-                    }
-                    BatchMode::Atomic => self.reconcile(tool, desc, ticket).await?,
-                },
-            };
-        }
+        Ok(step)
     }
 
     async fn perform_once(
@@ -137,12 +166,12 @@ impl Executor {
         let request = request_for(&ticket);
         crashpoint::hit(CrashPoint::BeforeRequest);
         let outcome = self.perform_guarded(tool, &desc.name, request).await;
-        self.after_perform(desc, ticket, outcome).await
+        self.after_perform(desc, ticket, outcome)
     }
 
     /// Records what one attempt did and decides the next step. A stale
     /// attempt (superseded while it ran) ends with the current truth.
-    pub(super) async fn after_perform(
+    pub(super) fn after_perform(
         &self,
         desc: &ToolDescriptor,
         mut ticket: Ticket,
@@ -193,9 +222,10 @@ impl Executor {
             PerformOutcome::FailedBeforeCommit { reason, retryable } => {
                 match ledger.fail_before_commit(&attempt, &reason, retryable) {
                     Ok(()) if retryable && ticket.attempt < self.config().max_attempts => {
-                        tokio::time::sleep(backoff(self.config(), ticket.attempt, id.as_str()))
-                            .await;
-                        return self.next_attempt(id);
+                        Ok(Step::Retry {
+                            id: id.clone(),
+                            after: backoff(self.config(), ticket.attempt, id.as_str()),
+                        })
                     }
                     Ok(()) => Ok(Step::Done(CallOutcome::Failed {
                         execution_id: id.clone(),
@@ -328,117 +358,167 @@ impl Executor {
         desc: &ToolDescriptor,
         ticket: Ticket,
     ) -> Result<Step> {
+        match self.reconcile_start(desc, &ticket)? {
+            Reconciling::Settled(step) => Ok(*step),
+            Reconciling::Lookup => {
+                let found = tool.lookup(request_for(&ticket)).await;
+                self.reconcile_after_lookup(desc, ticket, found)
+            }
+        }
+    }
+
+    /// The part of reconciliation before a lookup: a pending background job
+    /// is not unknown; a tool with a lookup looks first; the rest is settled
+    /// by [`Executor::reconcile_without_lookup`].
+    pub(super) fn reconcile_start(
+        &self,
+        desc: &ToolDescriptor,
+        ticket: &Ticket,
+    ) -> Result<Reconciling> {
+        let id = &ticket.execution_id;
+        // A background job the downstream accepted is pending, not unknown:
+        // its completion arrives by polling or webhook.
+        if let Some((job_id, state)) = self.ledger().job(id)? {
+            if state != "succeeded" && state != "failed" {
+                return Ok(Reconciling::Settled(Box::new(Step::Done(
+                    CallOutcome::Pending {
+                        execution_id: id.clone(),
+                        job_id,
+                    },
+                ))));
+            }
+        }
+        if desc.lookup {
+            return Ok(Reconciling::Lookup);
+        }
+        self.reconcile_without_lookup(desc, ticket)
+            .map(|step| Reconciling::Settled(Box::new(step)))
+    }
+
+    /// Whether another attempt may be sent for `ticket`'s execution: not
+    /// after a cancellation (only a lookup may settle the outcome then), and
+    /// only while attempts last. Returns (cancelled, attempts left).
+    fn may_resend(&self, ticket: &Ticket) -> Result<(bool, bool)> {
+        let cancelled = self.operation_cancelled(&ticket.execution_id)?;
+        Ok((
+            cancelled,
+            !cancelled && ticket.attempt < self.config().max_attempts,
+        ))
+    }
+
+    /// A resend under the same key (a new attempt). When nothing proved the
+    /// earlier request absent (it may still land), the new attempt carries
+    /// when that request's outcome became unknown (see `after_perform`).
+    fn resend(&self, desc: &ToolDescriptor, ticket: &Ticket) -> Result<Step> {
+        let attempt = ticket.attempt_id();
+        let earlier = self
+            .landing_wait(desc, ticket)
+            .and(ticket.unknown_since.clone());
+        self.or_current(
+            &ticket.execution_id,
+            self.ledger()
+                .resolve_unknown(&attempt, Resolution::NotFoundRetry)
+                .map(|r| match self.after_resolution(&attempt, r) {
+                    Step::Perform(mut t) => {
+                        t.earlier_unknown = earlier.clone();
+                        Step::Perform(t)
+                    }
+                    other => other,
+                }),
+        )
+    }
+
+    /// Settles an unknown outcome after the tool's lookup answered `found`.
+    /// A "not found" inside the landing window leaves it unknown (nothing is
+    /// sent again) and says when to ask again.
+    pub(super) fn reconcile_after_lookup(
+        &self,
+        desc: &ToolDescriptor,
+        ticket: Ticket,
+        found: std::result::Result<LookupOutcome, ToolError>,
+    ) -> Result<Step> {
         let ledger = self.ledger();
         let id = ticket.execution_id.clone();
         let attempt = ticket.attempt_id();
-        // A background job the downstream accepted is pending, not unknown:
-        // its completion arrives by polling or webhook.
-        if let Some((job_id, state)) = ledger.job(&id)? {
-            if state != "succeeded" && state != "failed" {
-                return Ok(Step::Done(CallOutcome::Pending {
-                    execution_id: id,
-                    job_id,
-                }));
+        match found {
+            Ok(LookupOutcome::Found {
+                result_json,
+                external_id,
+            }) => {
+                self.metrics_sink().reconciled(true);
+                let result_json = storable_result(result_json, &ledger.config().json_limits);
+                let resolved = ledger
+                    .resolve_unknown(
+                        &attempt,
+                        Resolution::Found {
+                            result_json,
+                            external_id,
+                        },
+                    )
+                    .map(|r| self.after_resolution(&attempt, r));
+                self.or_current(&id, resolved)
             }
-        }
-        // After a cancellation nothing is sent again: only a lookup may
-        // settle the outcome (found → committed; not found → cancelled).
-        let cancelled = self.operation_cancelled(&id)?;
-        let attempts_left = !cancelled && ticket.attempt < self.config().max_attempts;
-        // A resend under the same key that nothing proved safe from a late
-        // landing of the earlier request: the new attempt carries when that
-        // request's outcome became unknown (see `after_perform`).
-        let earlier = self
-            .landing_wait(desc, &ticket)
-            .and(ticket.unknown_since.clone());
-        let resend = |this: &Executor| {
-            this.or_current(
-                &id,
-                ledger
-                    .resolve_unknown(&attempt, Resolution::NotFoundRetry)
-                    .map(|r| match this.after_resolution(&attempt, r) {
-                        Step::Perform(mut t) => {
-                            t.earlier_unknown = earlier.clone();
-                            Step::Perform(t)
-                        }
-                        other => other,
-                    }),
-            )
-        };
-        if desc.lookup {
-            match tool.lookup(request_for(&ticket)).await {
-                Ok(LookupOutcome::Found {
-                    result_json,
-                    external_id,
-                }) => {
-                    self.metrics_sink().reconciled(true);
-                    let result_json = storable_result(result_json, &ledger.config().json_limits);
+            Ok(LookupOutcome::NotFound) => {
+                self.metrics_sink().reconciled(false);
+                let (cancelled, attempts_left) = self.may_resend(&ticket)?;
+                // The downstream dedupes by our key: a resend is safe even
+                // if the first request is still on its way.
+                if desc.idempotency_key && attempts_left {
+                    return self.resend(desc, &ticket);
+                }
+                if let Some(wait) = self.landing_wait(desc, &ticket) {
+                    return Ok(Step::Done(CallOutcome::Unknown {
+                        execution_id: id,
+                        attempt: attempt.attempt,
+                        reason: "not found downstream yet; the request sent may still land".into(),
+                        retry_after: Some(wait),
+                    }));
+                }
+                if attempts_left {
+                    return self.resend(desc, &ticket);
+                }
+                if cancelled {
                     let resolved = ledger
                         .resolve_unknown(
                             &attempt,
-                            Resolution::Found {
-                                result_json,
-                                external_id,
+                            Resolution::NotFoundAbandon {
+                                reason: "not found downstream after cancellation".into(),
                             },
                         )
                         .map(|r| self.after_resolution(&attempt, r));
                     return self.or_current(&id, resolved);
                 }
-                Ok(LookupOutcome::NotFound) => {
-                    self.metrics_sink().reconciled(false);
-                    // The downstream dedupes by our key: a resend is safe
-                    // even if the first request is still on its way.
-                    if desc.idempotency_key && attempts_left {
-                        return resend(self);
-                    }
-                    if let Some(wait) = self.landing_wait(desc, &ticket) {
-                        return Ok(Step::Done(CallOutcome::Unknown {
-                            execution_id: id,
-                            attempt: attempt.attempt,
-                            reason: "not found downstream yet; the request sent may still land"
-                                .into(),
-                            retry_after: Some(wait),
-                        }));
-                    }
-                    if attempts_left {
-                        return resend(self);
-                    }
-                    if cancelled {
-                        let resolved = ledger
-                            .resolve_unknown(
-                                &attempt,
-                                Resolution::NotFoundAbandon {
-                                    reason: "not found downstream after cancellation".into(),
-                                },
-                            )
-                            .map(|r| self.after_resolution(&attempt, r));
-                        return self.or_current(&id, resolved);
-                    }
-                    return Ok(Step::Done(unknown(
-                        &attempt,
-                        "not found downstream and no attempts left; resolve it",
-                    )));
-                }
-                Ok(LookupOutcome::Unsupported) => {}
-                Err(e) => {
-                    self.metrics_sink().reconcile_failed();
-                    return Ok(Step::Done(unknown(
-                        &attempt,
-                        &format!("lookup failed: {}", e.message),
-                    )));
-                }
+                Ok(Step::Done(unknown(
+                    &attempt,
+                    "not found downstream and no attempts left; resolve it",
+                )))
+            }
+            Ok(LookupOutcome::Unsupported) => self.reconcile_without_lookup(desc, &ticket),
+            Err(e) => {
+                self.metrics_sink().reconcile_failed();
+                Ok(Step::Done(unknown(
+                    &attempt,
+                    &format!("lookup failed: {}", e.message),
+                )))
             }
         }
+    }
+
+    /// Reconciliation with no lookup to ask: a same-key resend to a
+    /// downstream that dedupes by key, else the unknown outcome surfaces.
+    fn reconcile_without_lookup(&self, desc: &ToolDescriptor, ticket: &Ticket) -> Result<Step> {
+        let (_, attempts_left) = self.may_resend(ticket)?;
         if desc.idempotency_key && attempts_left {
             // The downstream dedupes by our key: sending it again either
             // returns the original effect or performs it the one time.
-            return resend(self);
+            return self.resend(desc, ticket);
         }
-        let reason = ledger
-            .get(&id)?
+        let reason = self
+            .ledger()
+            .get(&ticket.execution_id)?
             .and_then(|r| r.last_reason)
             .unwrap_or_else(|| "outcome unknown".into());
-        Ok(Step::Done(unknown(&attempt, &reason)))
+        Ok(Step::Done(unknown(&ticket.attempt_id(), &reason)))
     }
 
     /// The step a resolution leads to.
@@ -483,7 +563,7 @@ impl Executor {
 }
 
 /// The request for one attempt (or lookup) of a whole-call execution.
-fn request_for(ticket: &Ticket) -> ToolRequest {
+pub(super) fn request_for(ticket: &Ticket) -> ToolRequest {
     ToolRequest {
         execution_id: ticket.execution_id.clone(),
         downstream_key: ticket.downstream_key.clone(),

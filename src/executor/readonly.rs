@@ -33,6 +33,55 @@ pub(super) fn prepare(
     })
 }
 
+/// What comes after one attempt of a read-only call.
+pub(super) enum ReadOnlyNext {
+    /// The answer for the model.
+    Done(CallOutcome),
+    /// A transient failure with attempts left: try again after this long.
+    Retry(std::time::Duration),
+}
+
+/// Judges one attempt of a read-only call: a result, a failure for good,
+/// or a retry after the backoff (transient failures, while attempts last).
+pub(super) fn settle(
+    exec: &Executor,
+    request: &ToolRequest,
+    outcome: PerformOutcome,
+) -> ReadOnlyNext {
+    let max = exec.config().read_only_max_attempts.max(1);
+    let id = request.execution_id.clone();
+    let (reason, transient) = match outcome {
+        PerformOutcome::Committed {
+            result_json,
+            external_id,
+        } => {
+            return ReadOnlyNext::Done(CallOutcome::Completed {
+                execution_id: id,
+                result_json: super::protocol::storable_result(
+                    result_json,
+                    &exec.ledger().config().json_limits,
+                ),
+                external_id,
+                replayed: false,
+                partial: false,
+            })
+        }
+        PerformOutcome::FailedBeforeCommit { reason, retryable } => (reason, retryable),
+        PerformOutcome::Unknown { reason } => (reason, true),
+        PerformOutcome::JobStarted { .. } => {
+            ("a read-only tool cannot start a job".to_owned(), false)
+        }
+    };
+    if !transient || request.attempt >= max {
+        return ReadOnlyNext::Done(CallOutcome::Failed {
+            execution_id: id,
+            reason,
+            retryable: transient,
+        });
+    }
+    ReadOnlyNext::Retry(backoff(exec.config(), request.attempt, id.as_str()))
+}
+
 /// Runs a read-only call, retrying transient failures with backoff.
 pub(super) async fn run(
     exec: &Executor,
@@ -40,43 +89,17 @@ pub(super) async fn run(
     desc: &ToolDescriptor,
     mut request: ToolRequest,
 ) -> Result<CallOutcome> {
-    let max = exec.config().read_only_max_attempts.max(1);
+    // Bounded: `settle` stops once `read_only_max_attempts` is reached.
     loop {
-        let attempt = request.attempt;
-        let id = request.execution_id.clone();
         let outcome = exec
             .perform_guarded(tool, &desc.name, request.clone())
             .await;
-        let (reason, transient) = match outcome {
-            PerformOutcome::Committed {
-                result_json,
-                external_id,
-            } => {
-                return Ok(CallOutcome::Completed {
-                    execution_id: id,
-                    result_json: super::protocol::storable_result(
-                        result_json,
-                        &exec.ledger().config().json_limits,
-                    ),
-                    external_id,
-                    replayed: false,
-                    partial: false,
-                })
+        match settle(exec, &request, outcome) {
+            ReadOnlyNext::Done(outcome) => return Ok(outcome),
+            ReadOnlyNext::Retry(after) => {
+                tokio::time::sleep(after).await;
+                request.attempt += 1;
             }
-            PerformOutcome::FailedBeforeCommit { reason, retryable } => (reason, retryable),
-            PerformOutcome::Unknown { reason } => (reason, true),
-            PerformOutcome::JobStarted { .. } => {
-                ("a read-only tool cannot start a job".to_owned(), false)
-            }
-        };
-        if !transient || attempt >= max {
-            return Ok(CallOutcome::Failed {
-                execution_id: id,
-                reason,
-                retryable: transient,
-            });
         }
-        tokio::time::sleep(backoff(exec.config(), attempt, id.as_str())).await;
-        request.attempt = attempt + 1;
     }
 }

@@ -10,6 +10,7 @@ mod approval;
 mod attention;
 mod bad_input;
 mod batches;
+mod caller_driven;
 mod cancellation;
 mod concurrency;
 mod crash_recovery;

@@ -19,15 +19,27 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import json
 import threading
 import weakref
 from typing import Any, Iterable, List, Optional
 
-from . import outcomes
+from . import _driven, outcomes
 from ._native import toolledger as _ffi
 from .errors import InvalidInput, LedgerClosed, translated
-from .tools import Adapter, Tool
+from .tools import (
+    Adapter,
+    Tool,
+    ToolRequest,
+    _is_async,
+    found_of_value,
+    outcome_of_error,
+    outcome_of_value,
+)
+
+# `asyncio.timeout` (3.11+) bounds a coroutine without a task of its own.
+_timeout = getattr(asyncio, "timeout", None)
 
 # The Ledger methods, forwarded as they are (errors translated), each with an
 # awaitable `a`-prefixed twin.
@@ -225,6 +237,16 @@ class Executor:
     `max_attempts`, ...) or an `ExecutorConfig`. The protocol methods are
     coroutines; a tool's `async` methods run on the event loop that awaits
     them. Raw generated `ToolHandler`s can be registered too.
+
+    `execute` of a `Tool` registered here runs the tool in the awaiting task
+    itself (the library's caller-driven steps, `toolledger._driven`): no
+    hop to the library's threads and back, the task's context variables
+    seen by the tool. Each step is a short SQLite transaction run on the
+    loop's thread (one durable commit before the tool runs, one after), as
+    `execute_sync` runs them on the caller's thread. `execute_round`,
+    `approve`, `run_existing`, `recover`, `resolve_unknown` and
+    `compensate`, and raw `ToolHandler`s, go through the library's async
+    executor, which calls the tools back.
     """
 
     def __init__(
@@ -233,6 +255,10 @@ class Executor:
         cfg = _config(_ffi.ExecutorConfig, config, settings)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._ledger = ledger
+        # Tools this layer can run itself (caller-driven): name -> Tool.
+        self._own: dict = {}
+        timeout_ms = cfg.perform_timeout_ms
+        self._perform_timeout = None if timeout_ms is None else timeout_ms / 1000
         with translated():
             self._native: Optional[Any] = _ffi.ToolExecutor(ledger._attach(self), cfg)
         for t in tools:
@@ -263,13 +289,81 @@ class Executor:
         handler = Adapter(tool, self._app_loop) if isinstance(tool, Tool) else tool
         with translated():
             self.native.register(handler)
+        if isinstance(tool, Tool) and not tool.independent_items:
+            self._own[tool._tool_name()] = tool
 
     async def execute(self, operation_id: str, round: int, call: Any) -> outcomes.CallOutcome:
         """Runs one tool call: replays a stored result, asks for approval, or
         runs the tool with a durable intent first and a durable result after."""
         native = self._enter()
+        tool = self._own.get(call.tool_name)
         with translated():
-            return outcomes.from_ffi(await native.execute(operation_id, round, call))
+            if tool is None:
+                return outcomes.from_ffi(await native.execute(operation_id, round, call))
+            step = native.start(operation_id, round, call)
+            outcome = await _driven.arun(
+                native, step,
+                functools.partial(self._aperform, tool), functools.partial(self._alookup, tool))
+            return outcomes.from_ffi(outcome)
+
+    def execute_sync(self, operation_id: str, round: int, call: Any) -> outcomes.CallOutcome:
+        """`execute` for synchronous code and tools: every step, and the
+        tool's plain-`def` `perform` (and `lookup`), run on this thread; no
+        event loop is used. The executor's `perform_timeout_ms` cannot stop a
+        running function: the tool keeps its own deadlines. Raises
+        `InvalidInput` (nothing recorded) for a tool whose `perform` or
+        `lookup` is `async`, or that this layer did not register."""
+        tool = self._own.get(call.tool_name)
+        if tool is None or _is_async(tool, "perform") or (tool._has_lookup() and _is_async(tool, "lookup")):
+            raise InvalidInput(
+                f"execute_sync: {call.tool_name!r} is not a registered Tool with plain-def "
+                "perform and lookup; use execute")
+        native = self.native
+        with translated():
+            step = native.start(operation_id, round, call)
+            outcome = _driven.run(
+                native, step,
+                functools.partial(self._perform, tool), functools.partial(self._lookup, tool))
+            return outcomes.from_ffi(outcome)
+
+    # The tool run by the caller, its answers classified as `Adapter` does.
+
+    @staticmethod
+    def _perform(tool: Tool, request: Any) -> Any:
+        name = tool._tool_name()
+        try:
+            value = tool.perform(ToolRequest._from_ffi(request))
+        except Exception as e:  # noqa: BLE001 — classified: refused, or "may have happened"
+            return outcome_of_error(name, e)
+        return outcome_of_value(name, value)
+
+    @staticmethod
+    def _lookup(tool: Tool, request: Any) -> Any:
+        if not tool._has_lookup():
+            return _ffi.LookupOutcome.UNSUPPORTED()
+        return found_of_value(tool.lookup(ToolRequest._from_ffi(request)))
+
+    async def _aperform(self, tool: Tool, request: Any) -> Any:
+        name = tool._tool_name()
+        try:
+            if self._perform_timeout is None:
+                value = await _acall(tool, "perform", ToolRequest._from_ffi(request))
+            elif _timeout is not None:
+                async with _timeout(self._perform_timeout):
+                    value = await _acall(tool, "perform", ToolRequest._from_ffi(request))
+            else:  # Python < 3.11
+                value = await asyncio.wait_for(
+                    _acall(tool, "perform", ToolRequest._from_ffi(request)), self._perform_timeout)
+        except asyncio.TimeoutError:
+            return _ffi.PerformOutcome.UNKNOWN(reason="timed out waiting for the downstream")
+        except Exception as e:  # noqa: BLE001 — classified: refused, or "may have happened"
+            return outcome_of_error(name, e)
+        return outcome_of_value(name, value)
+
+    async def _alookup(self, tool: Tool, request: Any) -> Any:
+        if not tool._has_lookup():
+            return _ffi.LookupOutcome.UNSUPPORTED()
+        return found_of_value(await _acall(tool, "lookup", ToolRequest._from_ffi(request)))
 
     async def execute_round(
         self, operation_id: str, round: int, calls: List[Any]
@@ -340,3 +434,14 @@ class Executor:
             return self.native.record_job_update(execution_id, update)
 
 
+async def _acall(tool: Tool, which: str, request: ToolRequest) -> Any:
+    """Runs a tool's `perform` or `lookup` for an awaiting caller: a
+    coroutine in this task, a plain function in a worker thread (it may
+    block), an awaitable it returns awaited here."""
+    method = getattr(tool, which)
+    if _is_async(tool, which):
+        return await method(request)
+    value = await asyncio.get_running_loop().run_in_executor(None, method, request)
+    if inspect.isawaitable(value):
+        value = await value
+    return value

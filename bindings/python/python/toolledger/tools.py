@@ -309,24 +309,13 @@ class Adapter(_ffi.ToolHandler):
         name = self.tool._tool_name()
         try:
             value = await self._run("perform", ToolRequest._from_ffi(request))
-        except NotCommitted as e:
-            return _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=e.reason, retryable=e.retryable)
         except NoEventLoop as e:
             # The tool never ran: provably not committed.
             log.error("%s", e)
             return _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=str(e), retryable=True)
-        except Exception as e:  # noqa: BLE001 — any exception means "may have happened"
-            log.warning("tool %s raised %s: outcome unknown", name, type(e).__name__, exc_info=True)
-            return _ffi.PerformOutcome.UNKNOWN(reason=f"{type(e).__name__} raised by the tool")
-        if isinstance(value, JobStarted):
-            return _ffi.PerformOutcome.JOB_STARTED(job_id=value.job_id)
-        committed = value if isinstance(value, Committed) else Committed(value)
-        try:
-            text = committed._json()
-        except (TypeError, ValueError) as e:
-            log.error("tool %s returned a result that is not JSON: %s", name, type(e).__name__)
-            return _ffi.PerformOutcome.UNKNOWN(reason="the tool's result is not JSON-serializable")
-        return _ffi.PerformOutcome.COMMITTED(result_json=text, external_id=committed.external_id)
+        except Exception as e:  # noqa: BLE001 — classified: refused, or "may have happened"
+            return outcome_of_error(name, e)
+        return outcome_of_value(name, value)
 
     async def lookup(self, request: Any) -> Any:
         if not self.tool._has_lookup():
@@ -337,16 +326,41 @@ class Adapter(_ffi.ToolHandler):
             name = self.tool._tool_name()
             log.warning("lookup of tool %s raised %s", name, type(e).__name__, exc_info=True)
             raise _ffi.ToolCallError.Tool(f"{type(e).__name__} raised by the lookup") from None
-        if value is None:
-            return _ffi.LookupOutcome.NOT_FOUND()
-        committed = value if isinstance(value, Committed) else Committed(value)
-        return _ffi.LookupOutcome.FOUND(
-            result_json=committed._json(), external_id=committed.external_id
-        )
+        return found_of_value(value)
 
     def approval_preview(self, arguments_json: str) -> Optional[str]:
         preview = self.tool.approval_preview(json.loads(arguments_json))
         return None if preview is None else json.dumps(preview, separators=(",", ":"))
+
+
+def outcome_of_value(name: str, value: Any) -> Any:
+    """The library's `PerformOutcome` for what a tool's `perform` returned."""
+    if isinstance(value, JobStarted):
+        return _ffi.PerformOutcome.JOB_STARTED(job_id=value.job_id)
+    committed = value if isinstance(value, Committed) else Committed(value)
+    try:
+        text = committed._json()
+    except (TypeError, ValueError) as e:
+        log.error("tool %s returned a result that is not JSON: %s", name, type(e).__name__)
+        return _ffi.PerformOutcome.UNKNOWN(reason="the tool's result is not JSON-serializable")
+    return _ffi.PerformOutcome.COMMITTED(result_json=text, external_id=committed.external_id)
+
+
+def outcome_of_error(name: str, error: Exception) -> Any:
+    """The library's `PerformOutcome` for an exception a tool's `perform`
+    raised: `NotCommitted` is a refusal; anything else "may have happened"."""
+    if isinstance(error, NotCommitted):
+        return _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=error.reason, retryable=error.retryable)
+    log.warning("tool %s raised %s: outcome unknown", name, type(error).__name__, exc_info=error)
+    return _ffi.PerformOutcome.UNKNOWN(reason=f"{type(error).__name__} raised by the tool")
+
+
+def found_of_value(value: Any) -> Any:
+    """The library's `LookupOutcome` for what a tool's `lookup` returned."""
+    if value is None:
+        return _ffi.LookupOutcome.NOT_FOUND()
+    committed = value if isinstance(value, Committed) else Committed(value)
+    return _ffi.LookupOutcome.FOUND(result_json=committed._json(), external_id=committed.external_id)
 
 
 async def _await(awaitable: Any) -> Any:

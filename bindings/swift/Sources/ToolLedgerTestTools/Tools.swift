@@ -133,3 +133,51 @@ public func json(_ value: Any) -> String {
         withJSONObject: value, options: [.sortedKeys, .fragmentsAllowed, .withoutEscapingSlashes])
     return data.map { String(decoding: $0, as: UTF8.self) } ?? "null"
 }
+
+/// A count bumped from whatever thread calls it, without suspending.
+public final class SyncCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+
+    public init() {}
+
+    public var value: Int { lock.withLock { count } }
+
+    public func increment() { lock.withLock { count += 1 } }
+}
+
+/// `SendEmail` as a `SyncTool`: blocking code run on the caller's thread by
+/// `ToolExecutor.executeNow`.
+public final class SyncSend: SyncTool {
+    public let downstream: Downstream
+    /// How many times `performNow` ran.
+    public let calls = SyncCounter()
+    /// How many times `lookupNow` ran.
+    public let lookups = SyncCounter()
+    private let idempotencyKey: Bool
+    private let canLookup: Bool
+
+    public init(downstream: Downstream, idempotencyKey: Bool = false, lookup: Bool = true) {
+        self.downstream = downstream
+        self.idempotencyKey = idempotencyKey
+        self.canLookup = lookup
+    }
+
+    public func descriptor() throws -> ToolDescriptor {
+        ToolDescriptor(
+            name: "send_email", version: 1, effect: .sideEffect, batch: .atomic,
+            idempotencyKey: idempotencyKey, lookup: canLookup)
+    }
+
+    public func performNow(request: ToolRequest) throws -> PerformOutcome {
+        calls.increment()
+        let id = try downstream.perform(key: request.downstreamKey)
+        return .committed(resultJson: json(["id": id, "sent": true]), externalId: id)
+    }
+
+    public func lookupNow(request: ToolRequest) throws -> LookupOutcome {
+        lookups.increment()
+        guard let id = try downstream.find(key: request.downstreamKey) else { return .notFound }
+        return .found(resultJson: json(["id": id, "sent": true]), externalId: id)
+    }
+}

@@ -58,6 +58,28 @@ final class CrashRecoveryTests: XCTestCase {
         XCTAssertEqual(try downstream.count(), 1)
     }
 
+    func testACallerDrivenCallKilledBetweenItsEffectAndItsReportIsReconciled() async throws {
+        let dir = try scratchDirectory()
+        let ledgerPath = "\(dir)/ledger.db"
+        let downstream = try Downstream(directory: "\(dir)/downstream")
+
+        try runChildUntilItsEffectThenKill(arguments: [ledgerPath, downstream.directory, "driven"])
+        XCTAssertEqual(try downstream.count(), 1)
+
+        // The same call asked for again: the dead owner's attempt is
+        // reconciled through the tool's lookup, on this thread; no resend.
+        let ledger = try Ledger.open(path: ledgerPath, config: LedgerConfig())
+        let tool = SyncSend(downstream: downstream)
+        let executor = try executor(ledger, [tool])
+        let done = try completed(
+            executor.executeNow(operationId: "op_crash", round: 0, call: emailCall(), tool: tool))
+        XCTAssertFalse(done.replayed)
+        XCTAssertEqual(done.externalId, "msg_1")
+        XCTAssertEqual(tool.lookups.value, 1)
+        XCTAssertEqual(tool.calls.value, 0)
+        XCTAssertEqual(try downstream.count(), 1)
+    }
+
     /// Starts the crash child, waits (bounded) for its "ready" line, which it
     /// writes once the effect is durable downstream, and SIGKILLs it.
     private func runChildUntilItsEffectThenKill(arguments: [String]) throws {

@@ -10,47 +10,46 @@ reconciliation by key or lookup, unknown outcomes — is the executor's
 (``toolledger.Executor``), not decided here.
 
 How a call travels (:meth:`LedgerRuntime.call` / :meth:`LedgerRuntime.acall`):
+the library's caller-driven steps (``toolledger._driven``), all on the
+caller's thread (or in its task), with no hop to the library's threads:
 
-1. The caller registers an *invocation* under the call's execution id and
-   starts ``executor.execute`` (async callers: a task on their own loop;
-   sync callers: on the package's loop thread, ``toolledger._loop``).
-2. When the executor runs the tool (its intent durable), the handler's
-   ``perform`` posts the work to the invocation; the caller runs it and
-   posts the answer back. A lookup during reconciliation travels the same
-   way, so it can use the caller's connection (an MCP session).
-3. The caller returns the executor's ``toolledger.Completed`` (run now or
-   replayed) or raises :class:`OutcomeUnknown` / :class:`CallNotExecuted`.
+1. ``start``: the durable intent (or, at once, a replay, ``InFlight`` for a
+   call another caller is running, an unknown outcome ...).
+2. The caller runs the tool (``body()``) with ``current_call()`` set and
+   reports what it did (``report``: the durable result). After an unknown
+   outcome the library asks for a lookup (run the same way, so it can use
+   the caller's connection: an MCP session) or a same-key resend.
+3. The caller returns the ``toolledger.Completed`` (run now or replayed) or
+   raises :class:`OutcomeUnknown` / :class:`CallNotExecuted`.
 
-A call the executor runs with no caller waiting (``executor.recover()`` at
-start-up resending under the same key) runs ``ToolSpec.run(args)`` on the
-package's loop thread (async) or a worker thread (sync), with no framework
-context.
+A call the executor runs with no caller (``executor.recover()`` at start-up
+resending under the same key) runs ``ToolSpec.run(args)`` on the package's
+loop thread (async) or a worker thread (sync), with no framework context.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import enum
 import inspect
 import json
 import logging
-import queue
 import unicodedata
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional, Union
 
 import toolledger as tl
+from toolledger import _driven
 from toolledger import ffi as _ffi
+from toolledger import outcomes as _outcomes
 from toolledger._loop import bridge_loop as _bridge_loop
+from toolledger.errors import translated as _translated
 
 log = logging.getLogger("toolledger.adapters")
 
-# How long a caller waits for one message of a call (the tool's run, a
-# lookup, the outcome) before it stops waiting. The executor still finishes
-# the call and records it; the same call asked for again replays or
-# reconciles it.
+# Kept for callers that passed it: a call now runs on the caller's own
+# thread, so there is no hand-over to wait for (see LedgerRuntime).
 DEFAULT_CALL_TIMEOUT_S = 300.0
 
 
@@ -207,63 +206,28 @@ def _request(native: Any) -> tl.ToolRequest:
     )
 
 
-class _Invocation:
-    """One call that a caller in this process waits for. The executor's
-    callbacks post work here (from the library's threads); the caller runs
-    it and posts the answer back."""
+def _performed(name: str, value: Any) -> Any:
+    """The library's ``PerformOutcome`` for what a wrapped tool returned."""
+    try:
+        text = _json(value)
+    except (TypeError, ValueError) as e:
+        log.error("tool %s returned a result that is not JSON: %s", name, type(e).__name__)
+        return _ffi.PerformOutcome.UNKNOWN(reason="the tool's result is not JSON-serializable")
+    return _ffi.PerformOutcome.COMMITTED(result_json=text, external_id=None)
 
-    DONE = object()
 
-    def __init__(self, body: Callable[[], Any], loop: Optional[asyncio.AbstractEventLoop]):
-        self.body = body
-        self.loop = loop  # the async caller's loop; None for a sync caller
-        self._items: Union["queue.Queue", asyncio.Queue] = queue.Queue() if loop is None else asyncio.Queue()
+def _raised(name: str, e: BaseException) -> Any:
+    """The library's ``PerformOutcome`` for an exception a wrapped tool raised."""
+    if isinstance(e, tl.NotCommitted):
+        return _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=e.reason, retryable=e.retryable)
+    log.warning("tool %s raised %s: outcome unknown", name, type(e).__name__)
+    return _ffi.PerformOutcome.UNKNOWN(reason=f"{type(e).__name__} raised by the tool")
 
-    def post(self, item: Any) -> None:
-        if self.loop is None:
-            self._items.put(item)
-        else:
-            self.loop.call_soon_threadsafe(self._items.put_nowait, item)
 
-    async def run_in_caller(self, fn: Callable[[], Any], request: tl.ToolRequest) -> Any:
-        """From a library thread's loop: has the caller run ``fn()``."""
-        reply: concurrent.futures.Future = concurrent.futures.Future()
-        self.post((fn, request, reply))
-        return await asyncio.wrap_future(reply)
-
-    def serve(self, done: Callable[[], Any], timeout: float) -> Any:
-        """A sync caller: runs posted work until the outcome is there."""
-        while True:
-            item = self._items.get(timeout=timeout)
-            if item is self.DONE:
-                return done()
-            fn, request, reply = item
-            token = _CURRENT.set(request)
-            try:
-                reply.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed to perform, which classifies it
-                reply.set_exception(exc)
-            finally:
-                _CURRENT.reset(token)
-
-    async def aserve(self, done: Callable[[], Any], timeout: float) -> Any:
-        """An async caller: runs posted work in its own task until the
-        outcome is there."""
-        while True:
-            item = await asyncio.wait_for(self._items.get(), timeout)
-            if item is self.DONE:
-                return done()
-            fn, request, reply = item
-            token = _CURRENT.set(request)
-            try:
-                value = fn()
-                if inspect.isawaitable(value):
-                    value = await value
-                reply.set_result(value)
-            except BaseException as exc:  # noqa: BLE001 - handed to perform, which classifies it
-                reply.set_exception(exc)
-            finally:
-                _CURRENT.reset(token)
+def _found(value: Any) -> Any:
+    if value is None:
+        return _ffi.LookupOutcome.NOT_FOUND()
+    return _ffi.LookupOutcome.FOUND(result_json=_json(value), external_id=None)
 
 
 class _Handler(_ffi.ToolHandler):
@@ -277,47 +241,26 @@ class _Handler(_ffi.ToolHandler):
     def descriptor(self) -> Any:
         return self._descriptor
 
-    async def _run(self, native: Any, caller_fn: Callable[[tl.ToolRequest], Callable[[], Any]],
-                   detached_fn: Callable[[Any, tl.ToolRequest], Any]) -> Any:
-        request = _request(native)
-        invocation = self.runtime._invocations.get(request.execution_id)
-        if invocation is not None:
-            return await invocation.run_in_caller(caller_fn(request), request)
-        return await self.runtime._run_detached(lambda: detached_fn(request.arguments, request), request)
-
     async def perform(self, native: Any) -> Any:
+        # Only calls with no caller in this process come here (``recover``).
+        request = _request(native)
         try:
-            value = await self._run(
-                native, lambda request: self.runtime._invocations[request.execution_id].body,
-                lambda args, request: self.spec.run(args),
-            )
-        except tl.NotCommitted as e:
-            return _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=e.reason, retryable=e.retryable)
-        except BaseException as e:  # noqa: BLE001 - it may have happened: unknown, never failed
-            log.warning("tool %s raised %s: outcome unknown", self.spec.name, type(e).__name__)
-            return _ffi.PerformOutcome.UNKNOWN(reason=f"{type(e).__name__} raised by the tool")
-        try:
-            text = _json(value)
-        except (TypeError, ValueError) as e:
-            log.error("tool %s returned a result that is not JSON: %s", self.spec.name, type(e).__name__)
-            return _ffi.PerformOutcome.UNKNOWN(reason="the tool's result is not JSON-serializable")
-        return _ffi.PerformOutcome.COMMITTED(result_json=text, external_id=None)
+            value = await self.runtime._run_detached(lambda: self.spec.run(request.arguments), request)
+        except Exception as e:  # noqa: BLE001 - it may have happened: unknown, never failed
+            return _raised(self.spec.name, e)
+        return _performed(self.spec.name, value)
 
     async def lookup(self, native: Any) -> Any:
         lookup = self.spec.lookup
         if lookup is None:
             return _ffi.LookupOutcome.UNSUPPORTED()
+        request = _request(native)
         try:
-            found = await self._run(
-                native, lambda request: (lambda: lookup(request.arguments, request)),
-                lambda args, request: lookup(args, request),
-            )
-        except BaseException as e:  # noqa: BLE001 - a failed lookup leaves the outcome unknown
+            found = await self.runtime._run_detached(lambda: lookup(request.arguments, request), request)
+        except Exception as e:  # noqa: BLE001 - a failed lookup leaves the outcome unknown
             log.warning("lookup of tool %s raised %s", self.spec.name, type(e).__name__)
             raise _ffi.ToolCallError.Tool(f"{type(e).__name__} raised by the lookup") from None
-        if found is None:
-            return _ffi.LookupOutcome.NOT_FOUND()
-        return _ffi.LookupOutcome.FOUND(result_json=_json(found), external_id=None)
+        return _found(found)
 
     def approval_preview(self, arguments_json: str) -> Optional[str]:
         return None
@@ -335,12 +278,13 @@ class LedgerRuntime:
 
     def __init__(self, ledger: Union[str, "tl.Ledger"], *, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
                  **executor_settings: Any):
+        # ``call_timeout_s`` is accepted and unused: calls run on the
+        # caller's thread, with the tool's own deadlines.
         self._owns_ledger = not isinstance(ledger, tl.Ledger)
         self.ledger = tl.Ledger.open(ledger) if self._owns_ledger else ledger
         self.executor = tl.Executor(self.ledger, **executor_settings)
         self.call_timeout_s = call_timeout_s
         self._specs: dict[str, ToolSpec] = {}
-        self._invocations: dict[str, _Invocation] = {}
 
     # -- tools --------------------------------------------------------------
 
@@ -359,51 +303,78 @@ class LedgerRuntime:
     def call(self, operation_id: str, round_: int, call_id: str, tool_name: str, arguments_json: str,
              body: Callable[[], Any]) -> tl.Completed:
         """One call from synchronous code: ``body()`` runs the tool in this
-        thread when the executor runs it. Returns the result or raises."""
-        execution_id, invocation = self._claim(operation_id, round_, call_id, tool_name, body, None)
-        try:
-            call = tl.ToolCall(call_id, tool_name, arguments_json)
-            done = asyncio.run_coroutine_threadsafe(
-                self.executor.execute(operation_id, round_, call), self._sync_loop())
-            done.add_done_callback(lambda _f: invocation.post(_Invocation.DONE))
-            return result_of(invocation.serve(done.result, self.call_timeout_s))
-        except queue.Empty:
-            raise TimeoutError(f"toolledger: no outcome for {execution_id} within {self.call_timeout_s} s") from None
-        finally:
-            self._release(execution_id, invocation)
+        thread, if the ledger runs it. Returns the result or raises."""
+        spec = self._specs[tool_name]
+        native = self.executor.native
+
+        def perform(request: Any) -> Any:
+            token = _CURRENT.set(_request(request))
+            try:
+                value = body()
+            except Exception as e:  # noqa: BLE001 - classified: refused, or "may have happened"
+                return _raised(spec.name, e)
+            finally:
+                _CURRENT.reset(token)
+            return _performed(spec.name, value)
+
+        def lookup(request: Any) -> Any:
+            if spec.lookup is None:
+                return _ffi.LookupOutcome.UNSUPPORTED()
+            req = _request(request)
+            token = _CURRENT.set(req)
+            try:
+                found = spec.lookup(req.arguments, req)
+                if inspect.isawaitable(found):
+                    found = asyncio.run_coroutine_threadsafe(_awaited(found), self._sync_loop()).result()
+            finally:
+                _CURRENT.reset(token)
+            return _found(found)
+
+        with _translated():
+            step = native.start(operation_id, round_, tl.ToolCall(call_id, tool_name, arguments_json))
+            outcome = _driven.run(native, step, perform, lookup)
+        return result_of(_outcomes.from_ffi(outcome))
 
     async def acall(self, operation_id: str, round_: int, call_id: str, tool_name: str, arguments_json: str,
                     body: Callable[[], Awaitable[Any]]) -> tl.Completed:
         """One call from async code: ``body()`` (``async``, or plain) runs
-        the tool in this task when the executor runs it."""
-        loop = asyncio.get_running_loop()
-        execution_id, invocation = self._claim(operation_id, round_, call_id, tool_name, body, loop)
-        try:
-            call = tl.ToolCall(call_id, tool_name, arguments_json)
-            done = loop.create_task(self.executor.execute(operation_id, round_, call))
-            done.add_done_callback(lambda _t: invocation._items.put_nowait(_Invocation.DONE))
-            return result_of(await invocation.aserve(done.result, self.call_timeout_s))
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"toolledger: no outcome for {execution_id} within {self.call_timeout_s} s") from None
-        finally:
-            self._release(execution_id, invocation)
-
-    def _claim(self, operation_id, round_, call_id, tool_name, body, loop):
+        the tool in this task, if the ledger runs it."""
         spec = self._specs[tool_name]
-        execution_id = execution_id_of(operation_id, round_, call_id, tool_name, spec.version)
-        invocation = _Invocation(body, loop)
-        # Two callers with one identity at once: the first one runs it; the
-        # executor answers the second (InFlight), which runs nothing.
-        self._invocations.setdefault(execution_id, invocation)
-        return execution_id, invocation
+        native = self.executor.native
 
-    def _release(self, execution_id: str, invocation: _Invocation) -> None:
-        if self._invocations.get(execution_id) is invocation:
-            del self._invocations[execution_id]
+        async def perform(request: Any) -> Any:
+            token = _CURRENT.set(_request(request))
+            try:
+                value = body()
+                if inspect.isawaitable(value):
+                    value = await value
+            except Exception as e:  # noqa: BLE001 - classified: refused, or "may have happened"
+                return _raised(spec.name, e)
+            finally:
+                _CURRENT.reset(token)
+            return _performed(spec.name, value)
+
+        async def lookup(request: Any) -> Any:
+            if spec.lookup is None:
+                return _ffi.LookupOutcome.UNSUPPORTED()
+            req = _request(request)
+            token = _CURRENT.set(req)
+            try:
+                found = spec.lookup(req.arguments, req)
+                if inspect.isawaitable(found):
+                    found = await found
+            finally:
+                _CURRENT.reset(token)
+            return _found(found)
+
+        with _translated():
+            step = native.start(operation_id, round_, tl.ToolCall(call_id, tool_name, arguments_json))
+            outcome = await _driven.arun(native, step, perform, lookup)
+        return result_of(_outcomes.from_ffi(outcome))
 
     def _sync_loop(self) -> asyncio.AbstractEventLoop:
-        # The package's bridge loop: the library already calls tools back on
-        # it, so a sync caller's execute runs on the thread its callbacks use.
+        # The package's bridge loop: where a coroutine runs for a caller (or
+        # a callback) that has no loop of its own.
         return _bridge_loop()
 
     async def _run_detached(self, fn: Callable[[], Any], request: tl.ToolRequest) -> Any:
@@ -436,3 +407,7 @@ class LedgerRuntime:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable

@@ -1,9 +1,11 @@
 package dev.toolledger.ktx
 
+import dev.toolledger.BatchMode
 import dev.toolledger.CallOutcome
 import dev.toolledger.ExecutorConfig
 import dev.toolledger.JobApplied
 import dev.toolledger.JobUpdate
+import dev.toolledger.LedgerException
 import dev.toolledger.MetricsSnapshot
 import dev.toolledger.OperationStatus
 import dev.toolledger.Recovery
@@ -11,7 +13,9 @@ import dev.toolledger.Resolution
 import dev.toolledger.ToolCall
 import dev.toolledger.ToolExecutor
 import dev.toolledger.ToolHandler
+import java.util.concurrent.ConcurrentHashMap
 import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.NonCancellable
 import kotlinx.coroutines.withContext
 
 /**
@@ -21,11 +25,23 @@ import kotlinx.coroutines.withContext
  * `Dispatchers.IO` here. Cancelling the coroutine that awaits a call only
  * loses the answer: the call finishes inside the library and its outcome
  * is recorded (a repeat gets it back).
+ *
+ * A [SyncTool] is run by the caller itself, on `Dispatchers.IO` for
+ * [execute] (no hop when the caller is already there) or on the calling
+ * thread for [executeBlocking], through the library's caller-driven steps:
+ * no hop to the library's threads and no callback into the JVM.
  */
 class Executor(
     /** The generated executor underneath. */
     val executor: ToolExecutor,
 ) : AutoCloseable {
+    init {
+        AttachedCallbacks.ensure()
+    }
+
+    /** The registered tools this layer runs itself, by name. */
+    private val syncTools = ConcurrentHashMap<String, SyncTool>()
+
     /** An executor over [ledger] with [config] and [tools] registered. */
     @JvmOverloads
     constructor(
@@ -37,11 +53,38 @@ class Executor(
     }
 
     /** Registers a tool under its descriptor's name. */
-    fun register(tool: ToolHandler) = executor.register(tool)
+    fun register(tool: ToolHandler) {
+        executor.register(tool)
+        if (tool is SyncTool && tool.descriptor().batch == BatchMode.ATOMIC) {
+            syncTools[tool.descriptor().name] = tool
+        }
+    }
 
-    /** Runs one tool call (replay, approval, or a run with durable intent and result). */
-    suspend fun execute(operationId: String, round: Int, call: ToolCall): CallOutcome =
-        executor.execute(operationId, round.toU("round"), call)
+    /**
+     * Runs one tool call (replay, approval, or a run with durable intent and
+     * result). A [SyncTool] runs on `Dispatchers.IO` in this coroutine's
+     * place; once started it finishes even if the coroutine is cancelled
+     * (only the answer is lost, as for every other tool).
+     */
+    suspend fun execute(operationId: String, round: Int, call: ToolCall): CallOutcome {
+        val tool = syncTools[call.toolName] ?: return executor.execute(operationId, round.toU("round"), call)
+        val r = round.toU("round")
+        return withContext(Dispatchers.IO + NonCancellable) {
+            drive(executor, executor.start(operationId, r, call), tool)
+        }
+    }
+
+    /**
+     * [execute] for a [SyncTool], on the calling thread (a worker thread, a
+     * Java caller): every step and the tool run here; blocks on disk I/O.
+     * Throws `LedgerException.InvalidInput` (nothing recorded) for a tool
+     * that is not a registered [SyncTool].
+     */
+    fun executeBlocking(operationId: String, round: Int, call: ToolCall): CallOutcome {
+        val tool = syncTools[call.toolName]
+            ?: throw LedgerException.InvalidInput("executeBlocking: ${call.toolName} is not a registered SyncTool")
+        return drive(executor, executor.start(operationId, round.toU("round"), call), tool)
+    }
 
     /** Runs every call of one model response; outcomes in call order. */
     suspend fun executeRound(operationId: String, round: Int, calls: List<ToolCall>): List<CallOutcome> =

@@ -1,0 +1,125 @@
+// Tools that answer without suspending, run by the caller itself through the
+// library's caller-driven steps (ToolExecutor.start / report), and the JNA
+// setting that keeps the library's threads attached to the JVM between the
+// callbacks of tools that do suspend.
+package dev.toolledger.ktx
+
+import com.sun.jna.CallbackThreadInitializer
+import com.sun.jna.Native
+import dev.toolledger.CallOutcome
+import dev.toolledger.CallerStep
+import dev.toolledger.LookupOutcome
+import dev.toolledger.PerformOutcome
+import dev.toolledger.ToolDescriptor
+import dev.toolledger.ToolExecutor
+import dev.toolledger.ToolRequest
+import dev.toolledger.uniffiCallbackInterfaceToolHandler
+import dev.toolledger.uniffiForeignFutureDroppedCallbackImpl
+import dev.toolledger.uniffiRustFutureContinuationCallbackImpl
+
+/**
+ * A tool whose [performNow] (and [lookupNow]) answers without suspending:
+ * plain blocking code, like most HTTP clients. [Executor.execute] and
+ * [Executor.executeBlocking] run it on the calling thread through the
+ * library's caller-driven steps (`start` → the tool → `report`): no hop to
+ * the library's threads, no call back from them into the JVM. Every rule of
+ * the protocol is the library's: the intent is durable before [performNow]
+ * runs, a second caller of the same call gets `InFlight`, a crash between
+ * the effect and its report is reconciled on the next ask.
+ *
+ * ```kotlin
+ * class SendEmail : SyncTool(toolDescriptor("send_email", idempotencyKey = true)) {
+ *     override fun performNow(request: ToolRequest) =
+ *         PerformOutcome.Committed(resultJson = http.post(request), externalId = null)
+ * }
+ * ```
+ *
+ * Throwing from [performNow] means the outcome is unknown (the request may
+ * have gone out). The executor's `performTimeoutMs` cannot stop a running
+ * function: keep the tool's own deadlines. The library still calls
+ * [perform] / [lookup] itself when no caller waits (`recover`, `approve`,
+ * `runExisting`, `executeRound`).
+ */
+abstract class SyncTool(descriptor: ToolDescriptor) : Tool(descriptor) {
+    /** Runs one attempt on the calling thread. */
+    abstract fun performNow(request: ToolRequest): PerformOutcome
+
+    /** Looks the effect of [request] up downstream; `Unsupported` unless overridden. */
+    open fun lookupNow(request: ToolRequest): LookupOutcome = LookupOutcome.Unsupported
+
+    final override suspend fun perform(request: ToolRequest): PerformOutcome = performNow(request)
+
+    final override suspend fun lookup(request: ToolRequest): LookupOutcome = lookupNow(request)
+}
+
+/**
+ * Walks one call's caller-driven steps on this thread, running [tool] for
+ * each attempt or lookup the library hands out. If the tool throws, the
+ * attempt is reported as an unknown outcome; an [Error] or an interruption
+ * is reported too before it goes on. Bounded by the library's attempts.
+ */
+internal fun drive(executor: ToolExecutor, first: CallerStep, tool: SyncTool): CallOutcome {
+    var step = first
+    repeat(MAX_STEPS) {
+        step = when (val s = step) {
+            is CallerStep.Done -> return s.outcome
+            is CallerStep.Perform -> {
+                val outcome = try {
+                    tool.performNow(s.attempt.request)
+                } catch (e: Exception) {
+                    PerformOutcome.Unknown(reason = "${e.javaClass.simpleName} thrown by the tool")
+                } catch (e: Throwable) {
+                    executor.report(s.attempt, PerformOutcome.Unknown(reason = INTERRUPTED))
+                    throw e
+                }
+                executor.report(s.attempt, outcome)
+            }
+            is CallerStep.Lookup -> {
+                val found = try {
+                    tool.lookupNow(s.attempt.request)
+                } catch (e: Exception) {
+                    null
+                }
+                if (found == null) {
+                    executor.reportLookupError(s.attempt, "the lookup threw")
+                } else {
+                    executor.reportLookup(s.attempt, found)
+                }
+            }
+            is CallerStep.Retry -> {
+                Thread.sleep(s.afterMs.toSigned())
+                executor.retry(s.attempt)
+            }
+        }
+    }
+    error("toolledger: a call did not settle within $MAX_STEPS steps")
+}
+
+private const val MAX_STEPS = 64
+private const val INTERRUPTED = "the caller was interrupted while the tool ran; the outcome is unknown"
+
+/**
+ * Keeps the library's threads attached to the JVM after they call into
+ * Kotlin (a suspending tool's `perform`, the completion of an awaited call),
+ * instead of JNA attaching and detaching a thread on every callback. Those
+ * threads are the library's runtime workers, which live as long as the
+ * process; JNA detaches them when they exit. Done once, before the first
+ * executor is made.
+ */
+internal object AttachedCallbacks {
+    init {
+        val keep = CallbackThreadInitializer(true, false, "toolledger-callback")
+        listOf(
+            uniffiCallbackInterfaceToolHandler.`perform`,
+            uniffiCallbackInterfaceToolHandler.`lookup`,
+            uniffiCallbackInterfaceToolHandler.`approvalPreview`,
+            uniffiCallbackInterfaceToolHandler.uniffiFree,
+            uniffiCallbackInterfaceToolHandler.uniffiClone,
+            uniffiRustFutureContinuationCallbackImpl,
+            uniffiForeignFutureDroppedCallbackImpl,
+        ).forEach { Native.setCallbackThreadInitializer(it, keep) }
+    }
+
+    /** Applies the setting (the first call does the work). */
+    fun ensure() = Unit
+}

@@ -1,0 +1,166 @@
+// What a call costs through the Kotlin bindings (JVM + JNA), beside the same
+// call through the Rust API, in one run (scripts/bench-crossing.sh kotlin):
+//
+//     java -cp <tests.jar + toolledger.jar + runtime> dev.toolledger.test.bench.CrossingBenchKt \
+//          REFERENCE DIR [calls] [batches] [--callbacks-only]
+//
+// REFERENCE is the toolledger-crossing-reference program (the Rust side; see
+// tools/bench/src/bin/crossing_reference.rs); batches alternate between it
+// and each Kotlin variant. Figures: `ledger` (begin → commit → markDelivered),
+// `executor` (a new side-effecting call), `replay`, `read_only`; the executor
+// figures three ways: `callback` (the generated suspend `execute`: the
+// library calls the Kotlin tool back from its threads), `driven_blocking`
+// (ktx `Executor.executeBlocking` of a SyncTool: caller-driven steps on this
+// thread), `driven_suspend` (ktx `execute` of a SyncTool from a coroutine).
+// `--callbacks-only` measures `callback` without ever making a ktx Executor,
+// so the library's threads are attached and detached by JNA on every
+// callback, as before the ktx layer kept them attached.
+package dev.toolledger.test.bench
+
+import dev.toolledger.CallOutcome
+import dev.toolledger.CallSpec
+import dev.toolledger.EffectClass
+import dev.toolledger.ExecutorConfig
+import dev.toolledger.Ledger
+import dev.toolledger.LedgerConfig
+import dev.toolledger.PerformOutcome
+import dev.toolledger.Provider
+import dev.toolledger.ToolCall
+import dev.toolledger.ToolExecutor
+import dev.toolledger.ToolRequest
+import dev.toolledger.Begin
+import dev.toolledger.ktx.Executor
+import dev.toolledger.ktx.SuspendLedger
+import dev.toolledger.ktx.SyncTool
+import dev.toolledger.ktx.Tool
+import dev.toolledger.ktx.toolDescriptor
+import java.nio.file.Files
+import java.nio.file.Path
+import kotlinx.coroutines.runBlocking
+
+private val OK = PerformOutcome.Committed(resultJson = "\"ok\"", externalId = null)
+
+private class Noop(name: String, effect: EffectClass) :
+    Tool(toolDescriptor(name, effect, idempotencyKey = effect == EffectClass.SIDE_EFFECT)) {
+    override suspend fun perform(request: ToolRequest) = OK
+}
+
+private class NoopSync(name: String, effect: EffectClass) :
+    SyncTool(toolDescriptor(name, effect, idempotencyKey = effect == EffectClass.SIDE_EFFECT)) {
+    override fun performNow(request: ToolRequest) = OK
+}
+
+private class Reference(program: String, dir: Path) {
+    private val child = ProcessBuilder(program, dir.toString())
+        .redirectError(ProcessBuilder.Redirect.INHERIT).start()
+    private val input = child.outputStream.bufferedWriter()
+    private val output = child.inputStream.bufferedReader()
+
+    fun batch(figure: String, n: Int): List<Long> {
+        input.write("$figure $n\n")
+        input.flush()
+        val line = output.readLine() ?: error("the reference program stopped")
+        return line.split(' ').map { it.toLong() }
+    }
+
+    fun close() {
+        input.close()
+        child.waitFor()
+    }
+}
+
+private fun call(id: String, tool: String) = ToolCall(
+    provider = Provider.CUSTOM, callId = id, toolName = tool, arguments = "{}",
+)
+
+private fun pct(samples: List<Long>, q: Double): Long {
+    val sorted = samples.sorted()
+    return sorted[minOf(sorted.size - 1, (q * sorted.size).toInt())] / 1000
+}
+
+fun main(args: Array<String>) {
+    val reference = args[0]
+    val dir = Path.of(args[1]).also { Files.createDirectories(it) }
+    val calls = args.getOrNull(2)?.toIntOrNull() ?: 50
+    val batches = args.getOrNull(3)?.toIntOrNull() ?: 10
+    val callbacksOnly = "--callbacks-only" in args
+    val rust = Reference(reference, dir)
+    val native = Ledger.open(dir.resolve("kotlin.db").toString(), LedgerConfig())
+    val generated = ToolExecutor(native, ExecutorConfig())
+    generated.register(Noop("noop", EffectClass.SIDE_EFFECT))
+    generated.register(Noop("noop_read", EffectClass.READ_ONLY))
+    val ktx = if (callbacksOnly) null else Executor(
+        SuspendLedger(native),
+        tools = listOf(NoopSync("noop_sync", EffectClass.SIDE_EFFECT), NoopSync("noop_read_sync", EffectClass.READ_ONLY)),
+    )
+    var next = 0
+    fun newId() = "kt_${next++}"
+
+    fun ledgerOnce() {
+        val spec = CallSpec(call = call(newId(), "noop"), toolVersion = 1u, requiresApproval = false)
+        val begin = native.begin("crossing", 1u, spec) as Begin.Execute
+        native.commit(begin.ticket, "\"ok\"", null)
+        native.markDelivered(listOf(begin.ticket.executionId))
+    }
+
+    fun check(outcome: CallOutcome) = check(outcome is CallOutcome.Completed) { "not completed: $outcome" }
+    fun callback(c: ToolCall) = check(runBlocking { generated.execute("crossing", 2u, c) })
+    fun blocking(c: ToolCall) = check(ktx!!.executeBlocking("crossing", 2, c))
+    fun suspending(c: ToolCall) = check(runBlocking { ktx!!.execute("crossing", 2, c) })
+
+    val replayed = call("replayed", "noop")
+    val replayedSync = call("replayed", "noop_sync")
+    callback(replayed)
+    ktx?.let { blocking(replayedSync) }
+    val variants = linkedMapOf<String, List<Pair<String, () -> Unit>>>(
+        "ledger" to listOf("kotlin" to ::ledgerOnce),
+        "executor" to listOfNotNull(
+            "kotlin_callback" to { callback(call(newId(), "noop")) },
+            ktx?.let { "kotlin_driven_blocking" to { blocking(call(newId(), "noop_sync")) } },
+            ktx?.let { "kotlin_driven_suspend" to { suspending(call(newId(), "noop_sync")) } },
+        ),
+        "replay" to listOfNotNull(
+            "kotlin_callback" to { callback(replayed) },
+            ktx?.let { "kotlin_driven_blocking" to { blocking(replayedSync) } },
+            ktx?.let { "kotlin_driven_suspend" to { suspending(replayedSync) } },
+        ),
+        "read_only" to listOfNotNull(
+            "kotlin_callback" to { callback(call("read", "noop_read")) },
+            ktx?.let { "kotlin_driven_blocking" to { blocking(call("read", "noop_read_sync")) } },
+            ktx?.let { "kotlin_driven_suspend" to { suspending(call("read", "noop_read_sync")) } },
+        ),
+    )
+    // Warm-up: the JIT compiles the paths before anything is measured.
+    repeat(2) { variants.values.flatten().forEach { (_, fn) -> repeat(calls) { fn() } } }
+    val samples = mutableMapOf<String, MutableList<Long>>()
+    repeat(batches) {
+        for ((figure, ways) in variants) {
+            samples.getOrPut("${figure}_rust") { mutableListOf() }.addAll(rust.batch(figure, calls))
+            for ((name, fn) in ways) {
+                val out = samples.getOrPut("${figure}_$name") { mutableListOf() }
+                repeat(calls) {
+                    val t0 = System.nanoTime()
+                    fn()
+                    out.add(System.nanoTime() - t0)
+                }
+            }
+        }
+    }
+    rust.close()
+    val load = java.lang.management.ManagementFactory.getOperatingSystemMXBean().systemLoadAverage
+    println("dir=$dir calls=$calls batches=$batches load=${"%.1f".format(load)} callbacks_only=$callbacksOnly")
+    for ((figure, ways) in variants) {
+        val r = samples.getValue("${figure}_rust")
+        val r50 = pct(r, 0.5)
+        println("${figure}_rust_p50_us=$r50 ${figure}_rust_p99_us=${pct(r, 0.99)}")
+        for ((name, _) in ways) {
+            val s = samples.getValue("${figure}_$name")
+            val p50 = pct(s, 0.5)
+            println("${figure}_${name}_p50_us=$p50 ${figure}_${name}_p99_us=${pct(s, 0.99)} ${figure}_${name}_over_rust_p50_us=${p50 - r50}")
+        }
+    }
+    ktx?.close()
+    generated.close()
+    native.close()
+    kotlin.system.exitProcess(0)
+}

@@ -1,0 +1,112 @@
+"""Caller-driven calls: the tool runs in the caller's thread or task.
+
+``ToolExecutor.execute`` (async in the library) hops to the library's tokio
+threads and calls the tool back into Python from there: a GIL hand-over, a
+hop to the bridge loop and one to the app's loop, each way. The library's
+caller-driven methods (``start`` / ``report`` / ``report_lookup`` /
+``retry``) are synchronous and never call back: ``start`` answers a replay
+at once, or hands out an attempt; the caller runs the tool itself and
+reports what it did. Every rule is the library's (the intent is durable
+before an attempt is handed out; a report names its attempt and a stale one
+is refused; a second caller of the same call gets ``InFlight``; a crash
+between the effect and the report is reconciled by the next ask).
+
+This module walks those steps for one call. ``perform(request)`` returns
+the library's ``PerformOutcome`` for what the tool did (it classifies the
+tool's own exceptions); ``lookup(request)`` returns a ``LookupOutcome`` or
+raises (a failed lookup: the outcome stays unknown). If the caller itself is
+interrupted while the tool runs (``KeyboardInterrupt``, a cancelled task),
+the attempt is reported as an unknown outcome before the interruption goes
+on: it may have happened, and it must not stay "in flight" in this process.
+
+Each step is one short SQLite transaction on the caller's thread (a
+durable commit where the protocol needs one), like the ``Ledger`` methods;
+an async caller holds its event loop for that long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Awaitable, Callable
+
+from ._native import toolledger as _ffi
+
+# The library bounds every call by its attempts; a walk longer than this is
+# a bug, reported rather than looped on.
+_MAX_STEPS = 64
+
+_INTERRUPTED = "the caller was interrupted while the tool ran; the outcome is unknown"
+
+
+def _kind(step: Any) -> str:
+    return type(step).__name__.rsplit(".", 1)[-1]
+
+
+def run(native: Any, step: Any, perform: Callable[[Any], Any], lookup: Callable[[Any], Any]) -> Any:
+    """Walks one call's steps on this thread; returns the library's
+    ``CallOutcome``."""
+    for _ in range(_MAX_STEPS):
+        kind = _kind(step)
+        if kind == "DONE":
+            return step.outcome
+        attempt = step.attempt
+        if kind == "PERFORM":
+            try:
+                outcome = perform(attempt.request)
+            except BaseException:
+                native.report(attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
+                raise
+            step = native.report(attempt, outcome)
+        elif kind == "LOOKUP":
+            try:
+                found = lookup(attempt.request)
+            except Exception as e:  # noqa: BLE001 - a failed lookup leaves the outcome unknown
+                step = native.report_lookup_error(attempt, f"{type(e).__name__} raised by the lookup")
+                continue
+            step = native.report_lookup(attempt, found)
+        elif kind == "RETRY":
+            time.sleep(step.after_ms / 1000)
+            step = native.retry(attempt)
+        else:
+            raise RuntimeError(f"toolledger: unexpected step {kind}")
+    raise RuntimeError("toolledger: a call did not settle within its steps")
+
+
+async def _inline(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
+async def arun(native: Any, step: Any, perform: Callable[[Any], Awaitable[Any]],
+               lookup: Callable[[Any], Awaitable[Any]],
+               io: Callable[..., Awaitable[Any]] = _inline) -> Any:
+    """Walks one call's steps in this task (the tool's coroutine is awaited
+    here, with this task's context); returns the library's ``CallOutcome``.
+    ``io(fn, *args)`` runs each library step (default: inline, on this
+    loop's thread; ``asyncio.to_thread`` keeps the loop off the disk at the
+    price of a thread hop per step). ``step`` is the answer of ``start``."""
+    for _ in range(_MAX_STEPS):
+        kind = _kind(step)
+        if kind == "DONE":
+            return step.outcome
+        attempt = step.attempt
+        if kind == "PERFORM":
+            try:
+                outcome = await perform(attempt.request)
+            except BaseException:
+                native.report(attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
+                raise
+            step = await io(native.report, attempt, outcome)
+        elif kind == "LOOKUP":
+            try:
+                found = await lookup(attempt.request)
+            except Exception as e:  # noqa: BLE001 - a failed lookup leaves the outcome unknown
+                step = await io(native.report_lookup_error, attempt, f"{type(e).__name__} raised by the lookup")
+                continue
+            step = await io(native.report_lookup, attempt, found)
+        elif kind == "RETRY":
+            await asyncio.sleep(step.after_ms / 1000)
+            step = await io(native.retry, attempt)
+        else:
+            raise RuntimeError(f"toolledger: unexpected step {kind}")
+    raise RuntimeError("toolledger: a call did not settle within its steps")

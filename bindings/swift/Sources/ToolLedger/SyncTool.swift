@@ -1,0 +1,107 @@
+import Dispatch
+import Foundation
+
+/// A tool whose `performNow` (and `lookupNow`) answers without suspending:
+/// plain blocking code. `ToolExecutor.executeNow` runs it on the calling
+/// thread through the library's caller-driven steps (`start` → the tool →
+/// `report`): no hop to the library's threads, no call back from them into
+/// Swift. Every rule of the protocol is the library's: the intent is durable
+/// before `performNow` runs, a second caller of the same call gets
+/// `inFlight`, a crash between the effect and its report is reconciled on
+/// the next ask.
+///
+/// ```swift
+/// final class SendEmail: SyncTool {
+///     func descriptor() throws -> ToolDescriptor {
+///         ToolDescriptor(name: "send_email", version: 1, effect: .sideEffect,
+///                        batch: .atomic, idempotencyKey: true)
+///     }
+///     func performNow(request: ToolRequest) throws -> PerformOutcome {
+///         .committed(resultJson: try post(request), externalId: nil)
+///     }
+/// }
+/// ```
+///
+/// Throwing from `performNow` means the outcome is unknown (the request may
+/// have gone out). The executor's `performTimeoutMs` cannot stop a running
+/// function: keep the tool's own deadlines. The library still calls
+/// `perform` / `lookup` itself when no caller waits (`recover`, `approve`,
+/// `runExisting`, `executeRound`); the defaults below forward them.
+public protocol SyncTool: ToolHandler {
+    /// Runs one attempt on the calling thread.
+    func performNow(request: ToolRequest) throws -> PerformOutcome
+    /// Looks the effect of `request` up downstream (default: unsupported).
+    func lookupNow(request: ToolRequest) throws -> LookupOutcome
+}
+
+extension SyncTool {
+    public func lookupNow(request: ToolRequest) throws -> LookupOutcome { .unsupported }
+
+    public func perform(request: ToolRequest) async throws -> PerformOutcome {
+        try performNow(request: request)
+    }
+
+    public func lookup(request: ToolRequest) async throws -> LookupOutcome {
+        try lookupNow(request: request)
+    }
+
+    public func approvalPreview(argumentsJson: String) throws -> String? { nil }
+}
+
+extension ToolExecutor {
+    /// Runs one call of `tool` (registered with this executor) on the calling
+    /// thread: a replay answers at once; otherwise `tool.performNow` runs
+    /// here between the two durable commits. Blocks on disk I/O: call it off
+    /// the main thread (or use `execute(operationId:round:call:tool:)`).
+    ///
+    /// - Throws: `LedgerError` as `execute` (`.UnknownTool`, `.InvalidInput`:
+    ///   nothing recorded; `.Storage`).
+    public func executeNow(
+        operationId: String, round: UInt32, call: ToolCall, tool: any SyncTool
+    ) throws -> CallOutcome {
+        var step = try start(operationId: operationId, round: round, call: call)
+        // Bounded by the library's attempts; a longer walk is a bug.
+        for _ in 0..<64 {
+            switch step {
+            case .done(let outcome):
+                return outcome
+            case .perform(let attempt):
+                let outcome: PerformOutcome
+                do {
+                    outcome = try tool.performNow(request: attempt.request)
+                } catch {
+                    outcome = .unknown(reason: "\(type(of: error)) thrown by the tool")
+                }
+                step = try report(attempt: attempt, outcome: outcome)
+            case .lookup(let attempt):
+                do {
+                    let found = try tool.lookupNow(request: attempt.request)
+                    step = try reportLookup(attempt: attempt, found: found)
+                } catch {
+                    step = try reportLookupError(attempt: attempt, message: "the lookup threw")
+                }
+            case .retry(let attempt, let afterMs):
+                Thread.sleep(forTimeInterval: Double(afterMs) / 1000)
+                step = try retry(attempt: attempt)
+            }
+        }
+        throw LedgerError.Internal(message: "a call did not settle within its steps")
+    }
+
+    /// `executeNow` on `queue` (by default the layer's ledger queue), never
+    /// on the caller's thread or actor and never on Swift concurrency's
+    /// cooperative pool, which must not wait on the disk. Not cancellable
+    /// once started: a cancelled task still waits and then sees the outcome.
+    public func execute(
+        operationId: String, round: UInt32, call: ToolCall, tool: any SyncTool,
+        queue: DispatchQueue = AsyncLedger.defaultQueue
+    ) async throws -> CallOutcome {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                continuation.resume(with: Result {
+                    try self.executeNow(operationId: operationId, round: round, call: call, tool: tool)
+                })
+            }
+        }
+    }
+}

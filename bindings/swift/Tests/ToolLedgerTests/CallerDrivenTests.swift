@@ -1,0 +1,87 @@
+// Caller-driven calls from Swift: a SyncTool runs on the caller's thread
+// through ToolExecutor.start / report, and the exactly-once rules still hold:
+// one perform per call, a stale report refused, the current attempt's result
+// standing. (A process killed between the effect and its report:
+// CrashRecoveryTests.) Effects are counted at the downstream.
+
+import Foundation
+import ToolLedger
+import ToolLedgerTestTools
+import XCTest
+
+final class CallerDrivenTests: XCTestCase {
+    private func fixture(_ tool: (Downstream) -> SyncSend) throws -> (ToolExecutor, Ledger, SyncSend, Downstream) {
+        let dir = try scratchDirectory()
+        let ledger = try Ledger.open(path: "\(dir)/ledger.db", config: LedgerConfig())
+        let downstream = try Downstream(directory: "\(dir)/downstream")
+        let sync = tool(downstream)
+        return (try executor(ledger, [sync]), ledger, sync, downstream)
+    }
+
+    private func attempt(_ step: CallerStep, line: UInt = #line) throws -> CallerAttempt {
+        guard case .perform(let attempt) = step else {
+            XCTFail("expected .perform, got \(step)", line: line)
+            throw UnexpectedOutcome()
+        }
+        return attempt
+    }
+
+    private func outcome(_ step: CallerStep, line: UInt = #line) throws -> CallOutcome {
+        guard case .done(let outcome) = step else {
+            XCTFail("expected .done, got \(step)", line: line)
+            throw UnexpectedOutcome()
+        }
+        return outcome
+    }
+
+    func testASyncToolRunsOnceOnTheCallersThreadAndARepeatReplays() async throws {
+        let (executor, _, tool, downstream) = try fixture { SyncSend(downstream: $0) }
+        let done = try completed(
+            executor.executeNow(operationId: "op_1", round: 0, call: emailCall(), tool: tool))
+        XCTAssertFalse(done.replayed)
+        let again = try completed(
+            await executor.execute(operationId: "op_1", round: 0, call: emailCall(), tool: tool))
+        XCTAssertTrue(again.replayed)
+        XCTAssertEqual(again.resultJson, done.resultJson)
+        XCTAssertEqual(tool.calls.value, 1)
+        XCTAssertEqual(try downstream.count(), 1)
+    }
+
+    func testTwoCallersOfOneCallGetOnePerform() throws {
+        let (executor, _, _, downstream) = try fixture { SyncSend(downstream: $0) }
+        let first = try attempt(executor.start(operationId: "op_1", round: 0, call: emailCall()))
+        guard case .inFlight = try outcome(executor.start(operationId: "op_1", round: 0, call: emailCall())) else {
+            return XCTFail("the second caller was not told the call is in flight")
+        }
+        let id = try downstream.perform(key: first.request.downstreamKey)
+        let done = try completed(outcome(executor.report(
+            attempt: first, outcome: .committed(resultJson: json(["id": id]), externalId: id))))
+        XCTAssertFalse(done.replayed)
+        let later = try completed(outcome(executor.start(operationId: "op_1", round: 0, call: emailCall())))
+        XCTAssertTrue(later.replayed)
+        XCTAssertEqual(try downstream.count(), 1)
+    }
+
+    func testAStaleReportIsRefusedAndTheCurrentAttemptsResultStands() throws {
+        let (executor, ledger, _, _) = try fixture { SyncSend(downstream: $0, idempotencyKey: true, lookup: false) }
+        let a1 = try attempt(executor.start(operationId: "op_1", round: 0, call: emailCall()))
+        // Attempt 1 times out: the key tool is resent as attempt 2, same key.
+        let a2 = try attempt(executor.report(attempt: a1, outcome: .unknown(reason: "timed out")))
+        XCTAssertEqual(a2.request.attempt, 2)
+        XCTAssertEqual(a2.request.downstreamKey, a1.request.downstreamKey)
+        // Attempt 1's answer arrives late: refused; attempt 2 still runs.
+        guard case .inFlight = try outcome(executor.report(
+            attempt: a1, outcome: .committed(resultJson: #"{"late":1}"#, externalId: nil)))
+        else { return XCTFail("a stale report was not refused") }
+        let record = try XCTUnwrap(try ledger.get(executionId: a1.request.executionId))
+        XCTAssertEqual(record.status, .executing)
+        XCTAssertEqual(record.attemptCount, 2)
+        let done = try completed(outcome(executor.report(
+            attempt: a2, outcome: .committed(resultJson: #"{"fresh":2}"#, externalId: nil))))
+        XCTAssertEqual(done.resultJson, #"{"fresh":2}"#)
+        let again = try completed(outcome(executor.report(
+            attempt: a1, outcome: .committed(resultJson: #"{"late":1}"#, externalId: nil))))
+        XCTAssertTrue(again.replayed)
+        XCTAssertEqual(again.resultJson, #"{"fresh":2}"#)
+    }
+}

@@ -1,0 +1,183 @@
+//! Caller-driven calls on the exported [`ToolExecutor`]: the app's layer runs
+//! the tool inline, on its own thread, and reports what it did.
+//!
+//! `execute` is async: it hops to the library's tokio runtime and calls the
+//! tool back into Swift, Kotlin or Python from a library thread. These
+//! methods are synchronous (one short SQLite transaction each, like the
+//! `Ledger` methods: call them off the main thread) and never call back:
+//! `start` answers a replay at once, and hands out an attempt to perform;
+//! the caller runs its tool and `report`s. The rules are `execute`'s, decided
+//! by the same core code (see the core's `executor::driven`): the intent is
+//! durable before `Perform`; a report names its attempt (`CallerAttempt`,
+//! the fencing token) and a stale one is refused and kept as evidence; a
+//! second caller of the same call gets `InFlight`; a process that dies
+//! between the effect and the report is reconciled by the next `start` or
+//! `recover`.
+//!
+//! Report every `Perform` (`Unknown` when the tool threw or the caller gave
+//! up): until then the call is `InFlight` in this process. Independent
+//! batch tools run through `execute` only.
+
+use toolledger_core::executor as core;
+use toolledger_core::model::OperationId;
+
+use super::error::LedgerError;
+use super::executor::ToolExecutor;
+use super::outcome::CallOutcome;
+use super::records::ToolCall;
+use super::tool::{LookupOutcome, PerformOutcome, ToolRequest};
+
+type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// One attempt (or lookup) the caller runs itself. Its execution id and
+/// attempt number are the attempt's fencing token: hand it back unchanged.
+// No `Debug`: it holds argument values, which are never logged.
+#[derive(Clone, PartialEq, Eq, uniffi::Record)]
+pub struct CallerAttempt {
+    /// What the tool gets: arguments, the downstream key to send, the
+    /// attempt number.
+    pub request: ToolRequest,
+    /// A read-only call: nothing is recorded for it.
+    pub read_only: bool,
+}
+
+impl From<core::CallerAttempt> for CallerAttempt {
+    fn from(a: core::CallerAttempt) -> CallerAttempt {
+        CallerAttempt {
+            request: a.request.into(),
+            read_only: a.read_only,
+        }
+    }
+}
+
+impl From<CallerAttempt> for core::CallerAttempt {
+    fn from(a: CallerAttempt) -> core::CallerAttempt {
+        core::CallerAttempt {
+            request: a.request.into(),
+            read_only: a.read_only,
+        }
+    }
+}
+
+/// What the caller does next for one call.
+// No `Debug`: it holds argument or result values, which are never logged.
+#[derive(Clone, PartialEq, Eq, uniffi::Enum)]
+pub enum CallerStep {
+    /// Run the tool now with `attempt.request` (its intent is durable), then
+    /// `report` what it did.
+    Perform {
+        /// The attempt.
+        attempt: CallerAttempt,
+    },
+    /// An earlier attempt's outcome is unknown and the tool can look effects
+    /// up: run the lookup with `attempt.request`, then `report_lookup`.
+    Lookup {
+        /// The attempt whose outcome is unknown.
+        attempt: CallerAttempt,
+    },
+    /// A retryable failure with attempts left: wait `after_ms`, then `retry`.
+    Retry {
+        /// The attempt that failed.
+        attempt: CallerAttempt,
+        /// The backoff, in ms.
+        after_ms: u64,
+    },
+    /// Finished: the answer for the model (or the app).
+    Done {
+        /// The outcome.
+        outcome: CallOutcome,
+    },
+}
+
+impl From<core::CallerStep> for CallerStep {
+    fn from(s: core::CallerStep) -> CallerStep {
+        match s {
+            core::CallerStep::Perform(a) => CallerStep::Perform { attempt: a.into() },
+            core::CallerStep::Lookup(a) => CallerStep::Lookup { attempt: a.into() },
+            core::CallerStep::Retry { attempt, after } => CallerStep::Retry {
+                attempt: attempt.into(),
+                after_ms: super::records::millis(after),
+            },
+            core::CallerStep::Done(outcome) => CallerStep::Done {
+                outcome: outcome.into(),
+            },
+        }
+    }
+}
+
+#[uniffi::export]
+impl ToolExecutor {
+    /// Starts one tool call that the caller runs itself: validates and
+    /// begins it as `execute` does and answers what to do next (a replay,
+    /// or an attempt to perform, …). Nothing runs here.
+    ///
+    /// # Errors
+    /// `UnknownTool` and `InvalidInput` (nothing recorded; also for an
+    /// independent batch tool), `Storage` (nothing handed out without its
+    /// durable intent).
+    pub fn start(
+        &self,
+        operation_id: OperationId,
+        round: u32,
+        call: ToolCall,
+    ) -> Result<CallerStep> {
+        Ok(self.inner.start(&operation_id, round, call.into())?.into())
+    }
+
+    /// Reports what the tool did for a `Perform` attempt (`Unknown` when it
+    /// threw or the caller gave up) and answers what to do next. A stale
+    /// report (another attempt superseded it) changes nothing — a result it
+    /// carried is kept as evidence — and gets the current truth.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an attempt the execution never had, or whose kind
+    /// is not its tool's; `NotFound`, `UnknownTool`, `Storage`.
+    pub fn report(&self, attempt: CallerAttempt, outcome: PerformOutcome) -> Result<CallerStep> {
+        Ok(self
+            .inner
+            .report(&attempt.into(), Ok(outcome.into()))?
+            .into())
+    }
+
+    /// Reports what the lookup found for a `Lookup` and answers what to do
+    /// next (commit a found effect, resend under the same key, or the
+    /// unknown outcome).
+    ///
+    /// # Errors
+    /// As `report`.
+    pub fn report_lookup(
+        &self,
+        attempt: CallerAttempt,
+        found: LookupOutcome,
+    ) -> Result<CallerStep> {
+        Ok(self
+            .inner
+            .report_lookup(&attempt.into(), Ok(found.into()))?
+            .into())
+    }
+
+    /// Reports that the lookup for a `Lookup` failed (the outcome stays
+    /// unknown). Keep argument values out of `message`: it is stored.
+    ///
+    /// # Errors
+    /// As `report`.
+    pub fn report_lookup_error(
+        &self,
+        attempt: CallerAttempt,
+        message: String,
+    ) -> Result<CallerStep> {
+        Ok(self
+            .inner
+            .report_lookup(&attempt.into(), Err(core::ToolError::new(message)))?
+            .into())
+    }
+
+    /// After a `Retry`'s wait: starts the next attempt (unless the operation
+    /// was cancelled meanwhile) and answers what to do next.
+    ///
+    /// # Errors
+    /// As `report`.
+    pub fn retry(&self, attempt: CallerAttempt) -> Result<CallerStep> {
+        Ok(self.inner.retry(&attempt.into())?.into())
+    }
+}

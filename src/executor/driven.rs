@@ -1,0 +1,372 @@
+//! Caller-driven calls: the same protocol as [`Executor::execute`], with the
+//! tool run by the caller, inline, on its own thread.
+//!
+//! `execute` calls the tool back (`ToolHandler::perform`) from the
+//! executor's task. From Swift, Kotlin or Python that costs a hop to the
+//! library's async runtime and a call from a library thread back into the
+//! language (attach a JVM thread, take Python's GIL, schedule on the app's
+//! event loop), once or more per call. A caller that can run the tool itself
+//! asks the executor what to do instead, one synchronous step at a time:
+//!
+//! ```text
+//! start(op, round, call) ─► Done(outcome)          a replay, a conflict, in flight, …
+//!                        ─► Perform(attempt) ──► the caller runs the tool ──► report(attempt, outcome)
+//!                        ─► Lookup(attempt)  ──► the caller runs its lookup ─► report_lookup(attempt, found)
+//!                        ─► Retry{attempt, after} ─► the caller waits ──────► retry(attempt)
+//! ```
+//!
+//! Every rule of `execute` holds, because every decision is the same code
+//! (`first_step`, `after_perform`, `reconcile_*`): the intent is durable
+//! before `Perform` is handed out; a `Perform` hands out one attempt, owned
+//! by this session; the report names that attempt ([`CallerAttempt`] carries
+//! the execution id and attempt number, the attempt's fencing token), and the
+//! ledger applies it only while that attempt is current and owned here — a
+//! stale report is refused, what it carried kept as evidence, and the caller
+//! gets the execution's current truth. A second caller of the same call
+//! while the first one runs it gets `InFlight`; a process that dies between
+//! the tool's effect and its report leaves a durable intent that the next
+//! `start` (or `recover`) reconciles.
+//!
+//! Until its report, a handed-out attempt counts as running in this process
+//! (`InFlight` to other callers): report every `Perform`, with
+//! `Err(ToolError)` (an unknown outcome) when the tool threw or the caller
+//! gave up. The executor's `perform_timeout` does not apply (the caller runs
+//! the tool and owns its deadline). Independent batch tools are not offered
+//! (their items are steps of their own): run them through `execute`.
+
+use std::time::{Duration, Instant};
+
+use super::protocol::{request_for, Reconciling, Step};
+use super::readonly::{self, ReadOnlyNext};
+use super::tool::{
+    BatchMode, EffectClass, LookupOutcome, PerformOutcome, ToolDescriptor, ToolError, ToolRequest,
+};
+use super::{CallOutcome, Error, Executor, Result};
+use crate::crashpoint::{self, CrashPoint};
+use crate::ledger::{self, Begin, CallSpec, Ticket};
+use crate::model::{ExecutionId, ExecutionStatus, OperationId, ToolCall};
+
+/// One attempt (or lookup) that the caller runs itself. Its execution id and
+/// attempt number are the attempt's fencing token: hand it back unchanged
+/// with the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallerAttempt {
+    /// What the tool gets: arguments, the downstream key to send, the
+    /// attempt number.
+    pub request: ToolRequest,
+    /// A read-only call: nothing is recorded for it.
+    pub read_only: bool,
+}
+
+/// What the caller does next for one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum CallerStep {
+    /// Run the tool now with `request` (its intent is durable), then
+    /// [`Executor::report`] what it did.
+    Perform(CallerAttempt),
+    /// An earlier attempt's outcome is unknown and the tool can look effects
+    /// up: run its lookup with `request`, then [`Executor::report_lookup`].
+    Lookup(CallerAttempt),
+    /// A retryable failure with attempts left: wait `after`, then
+    /// [`Executor::retry`].
+    Retry {
+        /// The attempt that failed.
+        attempt: CallerAttempt,
+        /// The backoff.
+        after: Duration,
+    },
+    /// Finished: the answer for the model (or the app).
+    Done(CallOutcome),
+}
+
+/// An attempt this executor handed out and has not had reported yet.
+pub(super) struct Driven {
+    ticket: Ticket,
+    started: Instant,
+}
+
+impl Executor {
+    /// Starts one tool call that the caller runs itself (see the module
+    /// docs): validates and begins it exactly as [`Executor::execute`]
+    /// does, and answers what to do next. Nothing runs here.
+    ///
+    /// # Errors
+    /// As `execute`: [`Error::UnknownTool`] and bad input (nothing
+    /// recorded), storage failures (nothing handed out without its durable
+    /// intent); [`Error::CallerDriven`] for an independent batch tool.
+    pub fn start(&self, op: &OperationId, round: u32, call: ToolCall) -> Result<CallerStep> {
+        let tool = self.tool(&call.tool_name)?;
+        let desc = tool.descriptor();
+        if desc.batch == BatchMode::Independent {
+            return Err(Error::CallerDriven(desc.name));
+        }
+        let max = self.ledger().config().json_limits.max_bytes;
+        if call.arguments.len() > max {
+            return Err(crate::model::JsonError::TooLarge {
+                size: call.arguments.len(),
+                max,
+            }
+            .into());
+        }
+        if desc.effect == EffectClass::ReadOnly {
+            let request = readonly::prepare(self, op, round, &call, &desc)?;
+            self.metrics_sink().attempt();
+            return Ok(CallerStep::Perform(CallerAttempt {
+                request,
+                read_only: true,
+            }));
+        }
+        let spec = CallSpec {
+            call,
+            tool_version: desc.version,
+            requires_approval: desc.requires_approval,
+        };
+        let (mut begins, marked) =
+            self.ledger()
+                .begin_round_marking(op, round, std::slice::from_ref(&spec))?;
+        let begin = begins
+            .pop()
+            .ok_or_else(|| Error::Internal("missing begin answer".into()))?;
+        if let Begin::Reconcile(t) = &begin {
+            if marked.contains(&t.execution_id) {
+                self.metrics_sink().outcome_unknown(&desc.name);
+            }
+        }
+        let step = self.first_step(tool.as_ref(), begin)?;
+        self.hand_over(&desc, step)
+    }
+
+    /// Reports what the tool did for a [`CallerStep::Perform`] attempt
+    /// (`Err`: it threw, or the caller gave up on it — an unknown outcome),
+    /// and answers what to do next. The ledger applies it only while that
+    /// attempt is current and owned by this session; a stale report changes
+    /// nothing (a result it carried is kept as evidence) and gets the
+    /// execution's current truth.
+    ///
+    /// # Errors
+    /// [`Error::CallerDriven`] for an attempt whose kind does not match its
+    /// tool; ledger errors (`NoSuchAttempt` for an attempt the execution
+    /// never had, `NotFound`, storage).
+    pub fn report(
+        &self,
+        attempt: &CallerAttempt,
+        outcome: std::result::Result<PerformOutcome, ToolError>,
+    ) -> Result<CallerStep> {
+        let outcome = outcome.unwrap_or_else(|e| PerformOutcome::Unknown {
+            reason: format!("tool error: {}", e.message),
+        });
+        let desc = self.checked_descriptor(attempt)?;
+        let request = &attempt.request;
+        if attempt.read_only {
+            return Ok(match readonly::settle(self, request, outcome) {
+                ReadOnlyNext::Done(outcome) => CallerStep::Done(outcome),
+                ReadOnlyNext::Retry(after) => {
+                    let mut next = attempt.clone();
+                    next.request.attempt = request.attempt.saturating_add(1);
+                    CallerStep::Retry {
+                        attempt: next,
+                        after,
+                    }
+                }
+            });
+        }
+        let (ticket, outcome) = match self.take_driven(&request.execution_id, request.attempt) {
+            Some(driven) => {
+                self.metrics_sink()
+                    .latency(&desc.name, driven.started.elapsed());
+                (driven.ticket, outcome)
+            }
+            // Not an attempt this executor has outstanding (reported twice,
+            // or handed out by another executor of this ledger): the ledger's
+            // fence decides. Without the attempt's context, a refusal is not
+            // taken as proof that an earlier request cannot land.
+            None => {
+                let outcome = match outcome {
+                    PerformOutcome::FailedBeforeCommit { reason, .. } => PerformOutcome::Unknown {
+                        reason: format!(
+                            "refused ({reason}); reported for an attempt not handed out here"
+                        ),
+                    },
+                    other => other,
+                };
+                (self.ticket_of(request)?, outcome)
+            }
+        };
+        let attempt_no = ticket.attempt;
+        let step = match self.after_perform(&desc, ticket, outcome) {
+            Ok(step) => step,
+            Err(e) => {
+                // Not recorded (a storage failure): nobody in this process
+                // will finish the attempt, so the next ask reconciles it, as
+                // for an `execute` whose step failed.
+                self.orphan(&request.execution_id, attempt_no);
+                return Err(e);
+            }
+        };
+        if let Step::Retry { after, .. } = step {
+            return Ok(CallerStep::Retry {
+                attempt: attempt.clone(),
+                after,
+            });
+        }
+        self.hand_over(&desc, step)
+    }
+
+    /// Reports what the tool's lookup found for a [`CallerStep::Lookup`]
+    /// (`Err`: the lookup failed; the outcome stays unknown), and answers
+    /// what to do next: commit a found effect, resend under the same key, or
+    /// surface the unknown outcome. A lookup for an attempt that is no longer
+    /// the unknown one changes nothing and gets the current truth.
+    ///
+    /// # Errors
+    /// As [`Executor::report`].
+    pub fn report_lookup(
+        &self,
+        attempt: &CallerAttempt,
+        found: std::result::Result<LookupOutcome, ToolError>,
+    ) -> Result<CallerStep> {
+        let desc = self.checked_descriptor(attempt)?;
+        if attempt.read_only {
+            return Err(Error::CallerDriven(desc.name));
+        }
+        let id = &attempt.request.execution_id;
+        let rec = self
+            .ledger()
+            .get(id)?
+            .ok_or_else(|| ledger::Error::NotFound(id.clone()))?;
+        if rec.status != ExecutionStatus::OutcomeUnknown
+            || rec.attempt_count != attempt.request.attempt
+        {
+            return Ok(CallerStep::Done(self.current_outcome(id)?));
+        }
+        let step = self.reconcile_after_lookup(&desc, Ticket::from_record(&rec), found)?;
+        self.hand_over(&desc, step)
+    }
+
+    /// After a [`CallerStep::Retry`]'s wait: starts the next attempt (unless
+    /// the operation was cancelled meanwhile, or the call moved on) and
+    /// answers what to do next.
+    ///
+    /// # Errors
+    /// As [`Executor::report`].
+    pub fn retry(&self, attempt: &CallerAttempt) -> Result<CallerStep> {
+        let desc = self.checked_descriptor(attempt)?;
+        if attempt.read_only {
+            self.metrics_sink().attempt();
+            return Ok(CallerStep::Perform(attempt.clone()));
+        }
+        let tool = self.tool(&desc.name)?;
+        let begin = self
+            .ledger()
+            .continue_execution(&attempt.request.execution_id)?;
+        let step = self.first_step(tool.as_ref(), begin)?;
+        self.hand_over(&desc, step)
+    }
+
+    /// The descriptor of `attempt`'s tool, checking that the attempt's kind
+    /// (read-only or not) is the tool's: a read-only "attempt" for a
+    /// side-effecting tool would skip the ledger.
+    fn checked_descriptor(&self, attempt: &CallerAttempt) -> Result<ToolDescriptor> {
+        let desc = self.tool(&attempt.request.tool_name)?.descriptor();
+        let read_only = desc.effect == EffectClass::ReadOnly;
+        if read_only != attempt.read_only || desc.batch == BatchMode::Independent {
+            return Err(Error::CallerDriven(desc.name));
+        }
+        Ok(desc)
+    }
+
+    /// Turns a step into what the caller does next, running the steps that
+    /// need no tool (reconciliation without a lookup, a resolution) here.
+    /// Bounded: a reconciliation settles into a perform or an answer.
+    fn hand_over(&self, desc: &ToolDescriptor, mut step: Step) -> Result<CallerStep> {
+        loop {
+            step = match step {
+                Step::Done(outcome) => return Ok(CallerStep::Done(outcome)),
+                Step::Perform(ticket) => {
+                    let request = request_for(&ticket);
+                    self.drive_by_caller(ticket);
+                    crashpoint::hit(CrashPoint::BeforeRequest);
+                    return Ok(CallerStep::Perform(CallerAttempt {
+                        request,
+                        read_only: false,
+                    }));
+                }
+                Step::Reconcile(ticket) => match self.reconcile_start(desc, &ticket)? {
+                    Reconciling::Lookup => {
+                        return Ok(CallerStep::Lookup(CallerAttempt {
+                            request: request_for(&ticket),
+                            read_only: false,
+                        }))
+                    }
+                    Reconciling::Settled(next) => *next,
+                },
+                Step::Retry { id, after } => {
+                    let rec = self
+                        .ledger()
+                        .get(&id)?
+                        .ok_or_else(|| ledger::Error::NotFound(id.clone()))?;
+                    return Ok(CallerStep::Retry {
+                        attempt: CallerAttempt {
+                            request: request_for(&Ticket::from_record(&rec)),
+                            read_only: false,
+                        },
+                        after,
+                    });
+                }
+            };
+        }
+    }
+
+    /// Counts `ticket`'s attempt as running in this process until its report.
+    fn drive_by_caller(&self, ticket: Ticket) {
+        self.metrics_sink().attempt();
+        if let Ok(mut a) = self.inner.attempts.lock() {
+            let id = ticket.execution_id.clone();
+            a.orphans.remove(&id);
+            a.running.insert(id.clone(), ticket.attempt);
+            a.driven.insert(
+                id,
+                Driven {
+                    ticket,
+                    started: Instant::now(),
+                },
+            );
+        }
+    }
+
+    /// Marks attempt `attempt` of `id` as nobody's in this process (see
+    /// `Executor::take_over_orphan`).
+    fn orphan(&self, id: &ExecutionId, attempt: u32) {
+        if let Ok(mut a) = self.inner.attempts.lock() {
+            if !a.running.contains_key(id) {
+                a.orphans.insert(id.clone(), attempt);
+            }
+        }
+    }
+
+    /// Takes the outstanding attempt `attempt` of `id`, if this executor
+    /// handed it out and it was not reported yet.
+    fn take_driven(&self, id: &ExecutionId, attempt: u32) -> Option<Driven> {
+        let mut a = self.inner.attempts.lock().ok()?;
+        if a.driven.get(id).map(|d| d.ticket.attempt) != Some(attempt) {
+            return None;
+        }
+        a.running.remove(id);
+        a.driven.remove(id)
+    }
+
+    /// A ticket for a reported attempt this executor did not hand out: the
+    /// stored execution, at the attempt the report names (the ledger
+    /// refuses it unless that attempt is current and owned here).
+    fn ticket_of(&self, request: &ToolRequest) -> Result<Ticket> {
+        let id = &request.execution_id;
+        let rec = self
+            .ledger()
+            .get(id)?
+            .ok_or_else(|| ledger::Error::NotFound(id.clone()))?;
+        let mut ticket = Ticket::from_record(&rec);
+        ticket.attempt = request.attempt;
+        Ok(ticket)
+    }
+}
