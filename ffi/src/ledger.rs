@@ -31,18 +31,51 @@ pub struct Ledger {
 
 #[uniffi::export]
 impl Ledger {
-    /// Opens (creating if needed) the ledger database at `path`.
+    /// Opens (creating if needed) the ledger database at `path`, created
+    /// readable by its owner only.
+    ///
+    /// With `key` (32 bytes the app keeps in the Keychain / Android
+    /// Keystore), the ledger is encrypted at rest: a new ledger is created
+    /// encrypted, an encrypted one opens only with its key. A plain ledger
+    /// that holds records is encrypted once with `encrypt_ledger`.
     ///
     /// # Errors
     /// `Storage` for a file that is not a database (`NotADatabase`) or is
     /// corrupt, a newer schema (`IncompatibleVersion`), a read-only or
-    /// unopenable path, a lock held past the busy timeout.
-    #[uniffi::constructor]
-    pub fn open(path: String, config: LedgerConfig) -> Result<Arc<Ledger>> {
-        let inner = core::Ledger::open(Path::new(&path), config.into())?;
+    /// unopenable path, a lock held past the busy timeout; `WrongKey`,
+    /// `KeyRequired`, `NotEncrypted`, `InvalidKey` (nothing written).
+    #[uniffi::constructor(default(key = None))]
+    pub fn open(path: String, config: LedgerConfig, key: Option<Vec<u8>>) -> Result<Arc<Ledger>> {
+        let key = key.as_deref().map(super::privacy::key_of).transpose()?;
+        let inner = core::Ledger::open_with(
+            Path::new(&path),
+            config.into(),
+            Arc::new(core::SystemClock),
+            key.as_ref(),
+        )?;
         Ok(Arc::new(Ledger {
             inner: Arc::new(inner),
         }))
+    }
+
+    /// True when the ledger is encrypted at rest.
+    pub fn is_encrypted(&self) -> bool {
+        self.inner.is_encrypted()
+    }
+
+    /// Registers (or, with `None`, removes) the observer that hears of every
+    /// committed status move: ids, tool, statuses, attempt, elapsed time and
+    /// the reason's kind, never a value.
+    ///
+    /// # Errors
+    /// `Internal` for a poisoned lock.
+    pub fn set_observer(
+        &self,
+        observer: Option<Arc<dyn super::privacy::LedgerObserver>>,
+    ) -> Result<()> {
+        let adapted =
+            observer.map(|o| Arc::new(super::privacy::Foreign(o)) as Arc<dyn core::LedgerObserver>);
+        Ok(self.inner.set_observer(adapted)?)
     }
 
     /// This ledger's session id (the owner written on `executing` rows).

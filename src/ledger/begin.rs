@@ -33,7 +33,7 @@ impl Prepared<'_> {
     fn digest_for(&self, scheme: DigestScheme, ledger: &Ledger) -> Result<ArgsDigest> {
         Ok(match scheme {
             DigestScheme::Exact => self.args.digest.clone(),
-            DigestScheme::NearestDouble => {
+            DigestScheme::NearestDouble => ledger.store.stored_digest(
                 digest_with(
                     scheme,
                     &self.spec.call.tool_name,
@@ -41,8 +41,8 @@ impl Prepared<'_> {
                     &self.spec.call.arguments,
                     &ledger.config.json_limits,
                 )?
-                .digest
-            }
+                .digest,
+            )?,
         })
     }
 }
@@ -193,12 +193,14 @@ impl Ledger {
             tool_name: &spec.call.tool_name,
             tool_version: spec.tool_version,
         })?;
-        let args = crate::model::digest_arguments(
+        let mut args = crate::model::digest_arguments(
             &spec.call.tool_name,
             spec.tool_version,
             &spec.call.arguments,
             &self.config.json_limits,
         )?;
+        // In an encrypted ledger the digest stored and compared is keyed.
+        args.digest = self.store.stored_digest(args.digest)?;
         Ok(Prepared { spec, id, args })
     }
 

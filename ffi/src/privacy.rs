@@ -1,0 +1,193 @@
+//! Encryption at rest and the value-free observer, as the bindings see
+//! them: `Ledger.open(path, config, key)`, [`encrypt_ledger`],
+//! [`rotate_ledger_key`], [`generate_ledger_key`], and the foreign-implementable
+//! [`LedgerObserver`] with its [`LedgerEvent`].
+//!
+//! A key crosses as 32 bytes (`bytes` / `ByteArray` / `Data`). Where apps
+//! keep it (Keychain, Android Keystore) is in docs/design.md.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use toolledger_core::ledger as core;
+use toolledger_core::model::ExecutionId;
+
+use super::error::LedgerError;
+use super::execution::ExecutionStatus;
+use super::records::LedgerConfig;
+
+type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// The key bytes as a core key.
+pub(crate) fn key_of(bytes: &[u8]) -> Result<core::LedgerKey> {
+    Ok(core::LedgerKey::from_bytes(bytes)?)
+}
+
+/// A new random 32-byte key from the operating system's generator (store
+/// it in the Keychain / Keystore before opening a ledger with it).
+///
+/// # Errors
+/// `Storage(InvalidKey)` when the system has no random source.
+#[uniffi::export]
+pub fn generate_ledger_key() -> Result<Vec<u8>> {
+    let key = core::LedgerKey::generate()?;
+    Ok(key.as_bytes().to_vec())
+}
+
+/// Encrypts the plain ledger at `path` under `key`, in place (every value
+/// sealed, every digest keyed, no earlier byte of a value left in the file
+/// or its WAL). Call it once, before opening the ledger with the key, while
+/// no other process has it open.
+///
+/// # Errors
+/// `Storage(InUse)` while another session has it open, `Storage(KeyRequired)`
+/// when it is already encrypted, `Storage(InvalidKey)`, storage errors (the
+/// ledger is left as it was).
+#[uniffi::export]
+pub fn encrypt_ledger(path: String, config: LedgerConfig, key: Vec<u8>) -> Result<()> {
+    let key = key_of(&key)?;
+    Ok(core::Ledger::encrypt_in_place(
+        Path::new(&path),
+        config.into(),
+        &key,
+    )?)
+}
+
+/// Re-keys the encrypted ledger at `path` from `old_key` to `new_key`: every
+/// value is sealed again under a fresh data key, so the old key opens
+/// nothing afterwards. Needs the ledger alone, like [`encrypt_ledger`].
+///
+/// # Errors
+/// `Storage(WrongKey)` for a wrong `old_key`, `Storage(InUse)`, storage
+/// errors (the ledger stays under the old key).
+#[uniffi::export]
+pub fn rotate_ledger_key(
+    path: String,
+    config: LedgerConfig,
+    old_key: Vec<u8>,
+    new_key: Vec<u8>,
+) -> Result<()> {
+    let (old, new) = (key_of(&old_key)?, key_of(&new_key)?);
+    Ok(core::Ledger::rotate_key(
+        Path::new(&path),
+        config.into(),
+        &old,
+        &new,
+    )?)
+}
+
+/// Why a call failed or ended unknown, as far as the ledger can tell
+/// without reading what the tool said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum ReasonKind {
+    /// The downstream did not answer in time.
+    Timeout,
+    /// The tool threw (transport error, a crash in its code).
+    ToolError,
+    /// The session running the call died.
+    OwnerDied,
+    /// The session running the call stayed suspended past its lease.
+    SuspensionLapsed,
+    /// The device rebooted while the call ran.
+    Rebooted,
+    /// A same-key resend was refused while the first request may still land.
+    ResendRefused,
+    /// A lookup did not find the effect (yet).
+    NotFoundDownstream,
+    /// A lookup failed.
+    LookupFailed,
+    /// A human rejected the call.
+    Rejected,
+    /// A reason the tool or the app gave (read it from `Execution.last_reason`
+    /// if you may).
+    Reported,
+}
+
+impl From<core::ReasonKind> for ReasonKind {
+    fn from(k: core::ReasonKind) -> ReasonKind {
+        match k {
+            core::ReasonKind::Timeout => ReasonKind::Timeout,
+            core::ReasonKind::ToolError => ReasonKind::ToolError,
+            core::ReasonKind::OwnerDied => ReasonKind::OwnerDied,
+            core::ReasonKind::SuspensionLapsed => ReasonKind::SuspensionLapsed,
+            core::ReasonKind::Rebooted => ReasonKind::Rebooted,
+            core::ReasonKind::ResendRefused => ReasonKind::ResendRefused,
+            core::ReasonKind::NotFoundDownstream => ReasonKind::NotFoundDownstream,
+            core::ReasonKind::LookupFailed => ReasonKind::LookupFailed,
+            core::ReasonKind::Rejected => ReasonKind::Rejected,
+            _ => ReasonKind::Reported,
+        }
+    }
+}
+
+/// One committed status move: ids, tool, statuses, attempt, elapsed time
+/// and the reason's kind. Never an argument, a result or a reason's text,
+/// so it can go to any log.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+// `Display` is the one-line form the ready adapters log.
+#[uniffi::export(Display)]
+pub struct LedgerEvent {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// Its tool.
+    pub tool_name: String,
+    /// The status before (`None`: the execution was created).
+    pub from_status: Option<ExecutionStatus>,
+    /// The status after.
+    pub to_status: ExecutionStatus,
+    /// The attempt number.
+    pub attempt: u32,
+    /// Milliseconds since the execution was created.
+    pub elapsed_ms: u64,
+    /// Why, for failures, unknown outcomes and rejections.
+    pub reason_kind: Option<ReasonKind>,
+    /// The same event as one log line (`<id> tool=… from->to attempt=…
+    /// elapsed_ms=… [reason_kind=…]`).
+    pub line: String,
+}
+
+impl std::fmt::Display for LedgerEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.line)
+    }
+}
+
+impl From<&core::LedgerEvent> for LedgerEvent {
+    fn from(e: &core::LedgerEvent) -> LedgerEvent {
+        LedgerEvent {
+            execution_id: e.execution_id.clone(),
+            tool_name: e.tool_name.clone(),
+            from_status: e.from.map(Into::into),
+            to_status: e.to.into(),
+            attempt: e.attempt,
+            elapsed_ms: e.elapsed_ms,
+            reason_kind: e.reason_kind.map(Into::into),
+            line: e.to_string(),
+        }
+    }
+}
+
+/// Implemented by the app (or one of the ready adapters: `os.Logger`,
+/// `android.util.Log`, `java.util.logging`, Python's `logging`) to hear of
+/// every committed status move of a ledger. Called on the thread that made
+/// the move, after its commit: keep it short. An exception it throws is
+/// ignored.
+#[uniffi::export(with_foreign)]
+pub trait LedgerObserver: Send + Sync {
+    /// One committed move.
+    fn on_event(&self, event: LedgerEvent);
+}
+
+/// Adapts a foreign observer to the core's.
+pub(crate) struct Foreign(pub(crate) Arc<dyn LedgerObserver>);
+
+impl core::LedgerObserver for Foreign {
+    fn on_event(&self, event: &core::LedgerEvent) {
+        let event = LedgerEvent::from(event);
+        // A foreign observer that throws must not take the ledger's caller
+        // down with it: the move is committed whatever it does.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.0.on_event(event);
+        }));
+    }
+}
