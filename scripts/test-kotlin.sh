@@ -55,7 +55,9 @@ cp -f "${target_dir}/${PROFILE}/${libfile}" "$build/lib/${libfile}"
 # ---- 4. compile once -----------------------------------------------------------------
 generated=bindings/kotlin/generated/dev/toolledger/toolledger.kt
 [ -f "$generated" ] || { echo "test-kotlin: $generated was not generated" >&2; exit 1; }
-mapfile -t tests < <(find bindings/kotlin/src/test/kotlin -name '*.kt' | LC_ALL=C sort)
+# The suite plus the JVM adapters it tests (src/jvm; src/android needs the SDK).
+mapfile -t tests < <(find bindings/kotlin/src/test/kotlin bindings/kotlin/src/jvm/kotlin \
+  -name '*.kt' | LC_ALL=C sort)
 [ ${#tests[@]} -gt 0 ] || { echo "test-kotlin: no Kotlin test sources" >&2; exit 1; }
 
 jar="$build/tests.jar"

@@ -18,6 +18,8 @@ let package = Package(
     platforms: [.iOS(.v15), .macOS(.v12)],
     products: [
         .library(name: "ToolLedger", targets: ["ToolLedger"]),
+        // The ready `os.Logger` adapter for the ledger's observer.
+        .library(name: "ToolLedgerLogging", targets: ["ToolLedgerLogging"]),
     ],
     targets: [
         // The C half of the bindings: the UniFFI scaffolding's header.
@@ -33,13 +35,15 @@ let package = Package(
             dependencies: ["toolledgerFFI"],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
+        // LedgerObserver -> os.Logger (hand-written, committed).
+        .target(name: "ToolLedgerLogging", dependencies: ["ToolLedger"]),
         // Tools and a fake downstream shared by the tests and the crash child.
         .target(name: "ToolLedgerTestTools", dependencies: ["ToolLedger"]),
         // The process the crash-recovery test SIGKILLs mid-call.
         .executableTarget(name: "ToolLedgerCrashChild", dependencies: ["ToolLedger", "ToolLedgerTestTools"]),
         .testTarget(
             name: "ToolLedgerTests",
-            dependencies: ["ToolLedger", "ToolLedgerTestTools", "ToolLedgerCrashChild"]
+            dependencies: ["ToolLedger", "ToolLedgerLogging", "ToolLedgerTestTools", "ToolLedgerCrashChild"]
         ),
     ]
 )
