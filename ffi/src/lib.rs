@@ -46,7 +46,8 @@ pub use executor::{Recovery, RecoveryFailure, RecoveryFailureKind, ToolExecutor}
 pub use ledger::Ledger;
 pub use outcome::{CallOutcome, ExecutorConfig, LatencySummary, MetricsSnapshot};
 pub use privacy::{
-    encrypt_ledger, generate_ledger_key, rotate_ledger_key, LedgerEvent, LedgerObserver, ReasonKind,
+    encrypt_ledger, generate_ledger_key, rotate_ledger_key, LedgerEvent, LedgerObserver,
+    ObserverError, ReasonKind,
 };
 pub use provider::{
     mcp_request_protocol_version, parse_tool_calls, render_anthropic_user_message,

@@ -167,15 +167,35 @@ impl From<&core::LedgerEvent> for LedgerEvent {
     }
 }
 
+/// What an observer that throws produces: nothing of its text (an
+/// exception's message may hold anything) crosses into the library.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, uniffi::Error)]
+pub enum ObserverError {
+    /// The observer threw; what it threw is not kept.
+    #[error("the observer threw")]
+    Failed,
+}
+
+impl From<uniffi::UnexpectedUniFFICallbackError> for ObserverError {
+    fn from(_: uniffi::UnexpectedUniFFICallbackError) -> ObserverError {
+        // Without an error type on the method, UniFFI would panic with the
+        // foreign exception's text (printed to stderr by the panic hook).
+        ObserverError::Failed
+    }
+}
+
 /// Implemented by the app (or one of the ready adapters: `os.Logger`,
 /// `android.util.Log`, `java.util.logging`, Python's `logging`) to hear of
 /// every committed status move of a ledger. Called on the thread that made
 /// the move, after its commit: keep it short. An exception it throws is
-/// ignored.
+/// ignored (and its text goes nowhere).
 #[uniffi::export(with_foreign)]
 pub trait LedgerObserver: Send + Sync {
     /// One committed move.
-    fn on_event(&self, event: LedgerEvent);
+    ///
+    /// # Errors
+    /// Whatever it throws is dropped: the move is committed regardless.
+    fn on_event(&self, event: LedgerEvent) -> Result<(), ObserverError>;
 }
 
 /// Adapts a foreign observer to the core's.
@@ -187,7 +207,7 @@ impl core::LedgerObserver for Foreign {
         // A foreign observer that throws must not take the ledger's caller
         // down with it: the move is committed whatever it does.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.0.on_event(event);
+            let _ = self.0.on_event(event);
         }));
     }
 }

@@ -355,7 +355,7 @@ pub(super) fn hex(bytes: &[u8]) -> String {
 /// Parses lower- or upper-case hex.
 pub(super) fn unhex(text: &str) -> Option<Vec<u8>> {
     let bytes = text.as_bytes();
-    if bytes.len() % 2 != 0 {
+    if !bytes.len().is_multiple_of(2) {
         return None;
     }
     let digit = |c: u8| -> Option<u8> {

@@ -113,8 +113,10 @@ def test_no_printed_object_error_output_or_log_line_shows_the_canary(
         tl.PerformOutcome.COMMITTED(result_json=CANARY, external_id=CANARY),
         tl.LookupOutcome.FOUND(result_json=CANARY, external_id=None),
         tl.Resolution.FOUND(result_json=CANARY, external_id=CANARY),
-        tl.ToolCallError.Tool(CANARY),
     )
+    # Not checked: a `ToolCallError` the app's tool builds itself. UniFFI's
+    # Python errors are exceptions whose args are their fields (its error
+    # template takes no exported Display), so it prints what the app put in.
     # Errors carry ids and digests, never the arguments.
     other = tl.CallSpec(call=canary_call("c1", "pay"), tool_version=1)
     other.call.arguments = json.dumps({"iban": CANARY + "-changed"})
