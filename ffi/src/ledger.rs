@@ -27,6 +27,8 @@ type Result<T, E = LedgerError> = std::result::Result<T, E>;
 #[derive(Debug, uniffi::Object)]
 pub struct Ledger {
     pub(crate) inner: Arc<core::Ledger>,
+    /// The observers of its status moves (`set_observer`, `add_observer`).
+    observers: Arc<super::privacy::Observers>,
 }
 
 #[uniffi::export]
@@ -55,6 +57,7 @@ impl Ledger {
         )?;
         Ok(Arc::new(Ledger {
             inner: Arc::new(inner),
+            observers: Arc::default(),
         }))
     }
 
@@ -65,7 +68,8 @@ impl Ledger {
 
     /// Registers (or, with `None`, removes) the observer that hears of every
     /// committed status move: ids, tool, statuses, attempt, elapsed time and
-    /// the reason's kind, never a value.
+    /// the reason's kind, never a value. It replaces the observer an earlier
+    /// `set_observer` named; those `add_observer` added keep hearing.
     ///
     /// # Errors
     /// `Internal` for a poisoned lock.
@@ -73,9 +77,37 @@ impl Ledger {
         &self,
         observer: Option<Arc<dyn super::privacy::LedgerObserver>>,
     ) -> Result<()> {
-        let adapted =
-            observer.map(|o| Arc::new(super::privacy::Foreign(o)) as Arc<dyn core::LedgerObserver>);
-        Ok(self.inner.set_observer(adapted)?)
+        super::privacy::put_observer(
+            &self.inner,
+            &self.observers,
+            Some(super::privacy::PRIMARY_SLOT),
+            observer,
+        )?;
+        Ok(())
+    }
+
+    /// Adds an observer beside the others (an event stream of a language
+    /// layer, a second log) and returns its token for `remove_observer`.
+    /// Every observer hears every committed move, in the order added.
+    ///
+    /// # Errors
+    /// `Internal` for a poisoned lock.
+    pub fn add_observer(&self, observer: Arc<dyn super::privacy::LedgerObserver>) -> Result<u64> {
+        super::privacy::put_observer(&self.inner, &self.observers, None, Some(observer))
+    }
+
+    /// Removes the observer `add_observer` returned `token` for (a token
+    /// already removed, or never returned, changes nothing).
+    ///
+    /// # Errors
+    /// `Internal` for a poisoned lock.
+    pub fn remove_observer(&self, token: u64) -> Result<()> {
+        if token == super::privacy::PRIMARY_SLOT {
+            // Slot 0 is `set_observer`'s: not a token `add_observer` gives.
+            return Ok(());
+        }
+        super::privacy::put_observer(&self.inner, &self.observers, Some(token), None)?;
+        Ok(())
     }
 
     /// This ledger's session id (the owner written on `executing` rows).

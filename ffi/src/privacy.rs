@@ -7,7 +7,7 @@
 //! keep it (Keychain, Android Keystore) is in docs/design.md.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use toolledger_core::ledger as core;
 use toolledger_core::model::ExecutionId;
@@ -198,16 +198,205 @@ pub trait LedgerObserver: Send + Sync {
     fn on_event(&self, event: LedgerEvent) -> Result<(), ObserverError>;
 }
 
-/// Adapts a foreign observer to the core's.
-pub(crate) struct Foreign(pub(crate) Arc<dyn LedgerObserver>);
+/// Every observer of one exported [`Ledger`](super::ledger::Ledger): the one
+/// `set_observer` names (slot 0) and those `add_observer` added (slots from
+/// 1), so a logging adapter and any number of event streams hear the same
+/// moves. Registered with the core only while it has an observer, so a
+/// ledger nobody observes collects no events.
+#[derive(Default)]
+pub(crate) struct Observers {
+    state: Mutex<Slots>,
+}
 
-impl core::LedgerObserver for Foreign {
+#[derive(Default)]
+struct Slots {
+    next: u64,
+    list: Vec<(u64, Arc<dyn LedgerObserver>)>,
+}
+
+impl std::fmt::Debug for Observers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let count = self.state.lock().map(|s| s.list.len()).unwrap_or(0);
+        f.debug_struct("Observers").field("count", &count).finish()
+    }
+}
+
+impl Observers {
+    fn snapshot(&self) -> Vec<Arc<dyn LedgerObserver>> {
+        self.state
+            .lock()
+            .map(|s| s.list.iter().map(|(_, o)| o.clone()).collect())
+            .unwrap_or_default()
+    }
+}
+
+fn poisoned() -> LedgerError {
+    LedgerError::Internal {
+        message: "the observer list's lock is poisoned".into(),
+    }
+}
+
+/// The core's one observer, fanning out to [`Observers`].
+struct Fanout(Arc<Observers>);
+
+impl core::LedgerObserver for Fanout {
     fn on_event(&self, event: &core::LedgerEvent) {
+        // The list is copied first: an observer may add or remove observers.
+        let observers = self.0.snapshot();
+        if observers.is_empty() {
+            return;
+        }
         let event = LedgerEvent::from(event);
-        // A foreign observer that throws must not take the ledger's caller
-        // down with it: the move is committed whatever it does.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _ = self.0.on_event(event);
-        }));
+        for observer in observers {
+            // A foreign observer that throws must not take the ledger's
+            // caller (or the other observers) down with it: the move is
+            // committed whatever it does.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let _ = observer.on_event(event.clone());
+            }));
+        }
+    }
+}
+
+/// Puts `observer` in `slot` (a new slot for `None`), or empties the slot
+/// for no observer, and registers the fan-out with the core while any
+/// observer is left (unregisters it otherwise). Returns the slot.
+///
+/// The core is told under the list's lock, so two concurrent calls cannot
+/// leave observers listed with the fan-out unregistered. (The fan-out takes
+/// the same lock only while the core delivers events, which it does
+/// outside its own locks.)
+pub(crate) fn put_observer(
+    ledger: &core::Ledger,
+    observers: &Arc<Observers>,
+    slot: Option<u64>,
+    observer: Option<Arc<dyn LedgerObserver>>,
+) -> Result<u64> {
+    let mut state = observers.state.lock().map_err(|_| poisoned())?;
+    let slot = match slot {
+        Some(slot) => slot,
+        None => {
+            state.next += 1;
+            state.next
+        }
+    };
+    state.list.retain(|(s, _)| *s != slot);
+    if let Some(o) = observer {
+        state.list.push((slot, o));
+    }
+    let sink = (!state.list.is_empty())
+        .then(|| Arc::new(Fanout(observers.clone())) as Arc<dyn core::LedgerObserver>);
+    ledger.set_observer(sink)?;
+    Ok(slot)
+}
+
+/// The slot of the observer `set_observer` names (`add_observer` never
+/// hands it out).
+pub(crate) const PRIMARY_SLOT: u64 = 0;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Ledger;
+    use crate::records::{Begin, CallSpec, Provider, ToolCall};
+
+    /// Keeps the statuses it hears, as names.
+    #[derive(Default)]
+    struct Heard(Mutex<Vec<String>>);
+
+    impl LedgerObserver for Heard {
+        fn on_event(&self, event: LedgerEvent) -> Result<(), ObserverError> {
+            let mut heard = self.0.lock().map_err(|_| ObserverError::Failed)?;
+            heard.push(format!("{:?}", event.to_status));
+            Ok(())
+        }
+    }
+
+    impl Heard {
+        fn count(&self) -> usize {
+            self.0.lock().unwrap().len()
+        }
+    }
+
+    struct Throws;
+
+    impl LedgerObserver for Throws {
+        fn on_event(&self, _: LedgerEvent) -> Result<(), ObserverError> {
+            Err(ObserverError::Failed)
+        }
+    }
+
+    fn run_one(ledger: &Ledger, call_id: &str) {
+        let spec = CallSpec {
+            call: ToolCall {
+                provider: Provider::Custom,
+                call_id: call_id.into(),
+                tool_name: "send".into(),
+                arguments: "{}".into(),
+                position: 0,
+                call_id_derived: false,
+            },
+            tool_version: 1,
+            requires_approval: false,
+        };
+        match ledger
+            .begin(
+                toolledger_core::model::OperationId::new("op").unwrap(),
+                0,
+                spec,
+            )
+            .unwrap()
+        {
+            Begin::Execute { ticket } => {
+                ledger.commit(ticket, "{}".into(), None).unwrap();
+            }
+            other => panic!("expected Execute, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_observer_hears_every_move_until_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db").to_string_lossy().into_owned();
+        let config = LedgerConfig {
+            lease_ms: 60_000,
+            busy_timeout_ms: 5_000,
+            max_json_depth: 64,
+            max_json_bytes: 1 << 20,
+        };
+        let ledger = Ledger::open(path, config, None).unwrap();
+        let (primary, first, second) = (
+            Arc::new(Heard::default()),
+            Arc::new(Heard::default()),
+            Arc::new(Heard::default()),
+        );
+        ledger.set_observer(Some(primary.clone())).unwrap();
+        // A throwing observer keeps nobody else from hearing.
+        ledger.add_observer(Arc::new(Throws)).unwrap();
+        let t1 = ledger.add_observer(first.clone()).unwrap();
+        let t2 = ledger.add_observer(second.clone()).unwrap();
+        assert_ne!(t1, t2);
+        assert_ne!(t1, PRIMARY_SLOT);
+
+        run_one(&ledger, "c1");
+        // Created `executing`, then `committed`.
+        let expected = vec!["Executing".to_string(), "Committed".to_string()];
+        assert_eq!(*primary.0.lock().unwrap(), expected);
+        assert_eq!(*first.0.lock().unwrap(), expected);
+        assert_eq!(*second.0.lock().unwrap(), expected);
+
+        ledger.remove_observer(t1).unwrap();
+        // Slot 0 is not a token: removing it leaves set_observer's in place.
+        ledger.remove_observer(PRIMARY_SLOT).unwrap();
+        run_one(&ledger, "c2");
+        assert_eq!(first.count(), 2, "a removed observer hears nothing more");
+        assert_eq!(second.count(), 4);
+        assert_eq!(primary.count(), 4);
+
+        // Replacing set_observer's observer leaves the added ones.
+        ledger.set_observer(None).unwrap();
+        run_one(&ledger, "c3");
+        assert_eq!(primary.count(), 4);
+        assert_eq!(second.count(), 6);
     }
 }
