@@ -55,7 +55,7 @@ for lang in "${langs[@]}"; do
   if [ "$lang" = python ]; then
     cp "$lib" "$out/"
     # A tool's exception text never reaches stderr or the ledger.
-    python3 scripts/quiet-python-bindings.py "$out/toolledger.py"
+    python3 bindings/python/build_backend/quiet_bindings.py "$out/toolledger.py"
   fi
   echo "generate-bindings: ${lang} -> ${out}" >&2
 done

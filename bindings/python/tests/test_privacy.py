@@ -1,4 +1,4 @@
-"""Privacy by construction, as a Python app sees it: a canary planted in
+"""Privacy by construction, as a Python app using the generated API sees it: a canary planted in
 arguments, results, previews, external ids and tool exceptions shows up in
 no printed object, no error message, nothing on stdout/stderr and no log
 line; the files are the owner's only; an encrypted ledger keeps the canary
@@ -8,16 +8,13 @@ import json
 import logging
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 
-import toolledger as tl
+from toolledger import ffi as tl  # the generated API as it is
+from toolledger.events import LoggingObserver
 from conftest import run
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import toolledger_logging  # noqa: E402  (bindings/python/toolledger_logging.py)
 
 CANARY = "CANARY-py-4111-1111-1111"
 
@@ -74,7 +71,7 @@ def test_no_printed_object_error_output_or_log_line_shows_the_canary(
     tmp_path, capfd, caplog
 ):
     ledger = tl.Ledger.open(str(tmp_path / "l.db"), tl.LedgerConfig())
-    ledger.set_observer(toolledger_logging.LoggingObserver())
+    ledger.set_observer(LoggingObserver())
     caplog.set_level(logging.DEBUG, logger="toolledger")
     executor = tl.ToolExecutor(ledger, tl.ExecutorConfig(max_attempts=1))
     executor.register(CanaryTool("pay"))

@@ -44,13 +44,18 @@ from typing import Any, Callable, Optional
 from . import _loop
 from ._native import toolledger as _ffi
 from .errors import NoEventLoop
+from .outcomes import redacted_repr
 
 log = logging.getLogger("toolledger")
 
 
 @dataclass(frozen=True)
 class ToolRequest:
-    """One attempt (or one lookup) of one execution."""
+    """One attempt (or one lookup) of one execution. Printed, it shows ids,
+    tool and attempt and the arguments' size only."""
+
+    def __repr__(self) -> str:
+        return redacted_repr(self, {"arguments_json", "external_id"})
 
     execution_id: str
     #: The idempotency key to send downstream (the same on every attempt).
@@ -93,6 +98,9 @@ class Committed:
     external_id: Optional[str] = None
     result_json: Optional[str] = None
 
+    def __repr__(self) -> str:
+        return redacted_repr(self, {"result", "external_id", "result_json"})
+
     def _json(self) -> str:
         if self.result_json is not None:
             return self.result_json
@@ -104,6 +112,9 @@ class JobStarted:
     """The downstream accepted a background job; its result arrives later."""
 
     job_id: str
+
+    def __repr__(self) -> str:
+        return redacted_repr(self, {"job_id"})
 
 
 class NotCommitted(Exception):
@@ -316,8 +327,12 @@ class Adapter(_ffi.ToolHandler):
             log.error("%s", e)
             return _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=str(e), retryable=True)
         except Exception as e:  # noqa: BLE001 — any exception means "may have happened"
-            log.warning("tool %s raised %s: outcome unknown", name, type(e).__name__, exc_info=True)
-            return _ffi.PerformOutcome.UNKNOWN(reason=f"{type(e).__name__} raised by the tool")
+            # The type only: an exception's text and traceback (its frames'
+            # arguments) may hold the call's values.
+            log.warning("tool %s raised %s: outcome unknown", name, type(e).__name__)
+            # As a tool error: the ledger records the call unknown with the
+            # reason kind TOOL_ERROR (what observers and logs see).
+            raise _ffi.ToolCallError.Tool(f"{type(e).__name__} raised by the tool") from None
         if isinstance(value, JobStarted):
             return _ffi.PerformOutcome.JOB_STARTED(job_id=value.job_id)
         committed = value if isinstance(value, Committed) else Committed(value)
@@ -335,7 +350,7 @@ class Adapter(_ffi.ToolHandler):
             value = await self._run("lookup", ToolRequest._from_ffi(request))
         except Exception as e:  # noqa: BLE001 — a failed lookup leaves the outcome unknown
             name = self.tool._tool_name()
-            log.warning("lookup of tool %s raised %s", name, type(e).__name__, exc_info=True)
+            log.warning("lookup of tool %s raised %s", name, type(e).__name__)
             raise _ffi.ToolCallError.Tool(f"{type(e).__name__} raised by the lookup") from None
         if value is None:
             return _ffi.LookupOutcome.NOT_FOUND()
