@@ -274,3 +274,20 @@ def test_events_need_a_running_loop(tmp_path):
     with tl.Ledger.open(tmp_path / "l.db") as ledger:
         with pytest.raises(RuntimeError, match="running event loop"):
             ledger.events()
+
+
+def test_an_mcp_adapter_result_prints_without_the_tools_content():
+    from mcp.types import CallToolResult, TextContent
+
+    from toolledger.adapters.mcp import LedgerToolResult
+
+    result = LedgerToolResult(
+        result=CallToolResult(content=[TextContent(type="text", text=CANARY)]),
+        execution_id="op:round_0:c1:pay:v1",
+        replayed=True,
+        jsonrpc_id=3,
+    )
+    for text in printed(result):
+        assert CANARY not in text, text
+    assert "execution_id='op:round_0:c1:pay:v1'" in repr(result) and "replayed=True" in repr(result)
+    assert result.result.content[0].text == CANARY
