@@ -295,7 +295,9 @@ class _Handler(_ffi.ToolHandler):
             return _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=e.reason, retryable=e.retryable)
         except BaseException as e:  # noqa: BLE001 - it may have happened: unknown, never failed
             log.warning("tool %s raised %s: outcome unknown", self.spec.name, type(e).__name__)
-            return _ffi.PerformOutcome.UNKNOWN(reason=f"{type(e).__name__} raised by the tool")
+            # As a tool error (its type only): the call is recorded unknown
+            # with reason kind TOOL_ERROR, which observers and logs see.
+            raise _ffi.ToolCallError.Tool(f"{type(e).__name__} raised by the tool") from None
         try:
             text = _json(value)
         except (TypeError, ValueError) as e:
