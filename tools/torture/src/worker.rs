@@ -435,10 +435,25 @@ async fn life(args: &WorkerArgs) -> Result<String, String> {
     });
     let op = OperationId::new(args.op.clone()).map_err(|e| e.to_string())?;
 
+    let mut tries = 0;
     let recovered = loop {
+        tries += 1;
         match exec.recover().await {
+            // The storm may suspend the ledger between two rows of one
+            // recover: those rows fail `Suspended`; recover again (it
+            // answers every row that needs attention, settled or not).
+            Ok(r)
+                if app.live
+                    && tries < LIVE_TRIES
+                    && !r.failed.is_empty()
+                    && r.failed.iter().all(|f| transient(&f.error)) =>
+            {
+                tokio::time::sleep(LIVE_PAUSE).await
+            }
             Ok(r) => break r,
-            Err(e) if app.live && transient(&e) => tokio::time::sleep(LIVE_PAUSE).await,
+            Err(e) if app.live && tries < LIVE_TRIES && transient(&e) => {
+                tokio::time::sleep(LIVE_PAUSE).await
+            }
             Err(e) => return Err(format!("recover: {e}")),
         }
     };
