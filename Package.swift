@@ -19,6 +19,7 @@
 //                       bindings/swift/Package.swift)
 //   ToolLedger          the hand-written layer (Swift 6 language mode),
 //                       re-exporting the generated API: `import ToolLedger`
+//   ToolLedgerLogging   the ledger observer written to `os.Logger`
 import Foundation
 import PackageDescription
 
@@ -34,6 +35,8 @@ let package = Package(
     platforms: [.iOS(.v15), .macOS(.v12)],
     products: [
         .library(name: "ToolLedger", targets: ["ToolLedger"]),
+        // The ready `os.Logger` adapter for the ledger's observer.
+        .library(name: "ToolLedgerLogging", targets: ["ToolLedgerLogging"]),
     ],
     targets: [
         ffi,
@@ -47,6 +50,12 @@ let package = Package(
             name: "ToolLedger",
             dependencies: ["ToolLedgerBindings"],
             path: "bindings/swift/Sources/ToolLedger",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .target(
+            name: "ToolLedgerLogging",
+            dependencies: ["ToolLedger"],
+            path: "bindings/swift/Sources/ToolLedgerLogging",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
     ]

@@ -65,7 +65,8 @@ version="$(scripts/version.sh)"
 
 generated=bindings/kotlin/generated/dev/toolledger/toolledger.kt
 [ -f "$generated" ] || { echo "test-kotlin: $generated was not generated" >&2; exit 1; }
-mapfile -t layer < <(find bindings/kotlin/src/main/kotlin -name '*.kt' | LC_ALL=C sort)
+# The jar: the ktx layer plus the JVM logging adapter (src/jvm; src/android needs the SDK).
+mapfile -t layer < <(find bindings/kotlin/src/main/kotlin bindings/kotlin/src/jvm/kotlin -name '*.kt' | LC_ALL=C sort)
 mapfile -t tests < <(find bindings/kotlin/src/test/kotlin -name '*.kt' | LC_ALL=C sort)
 [ ${#tests[@]} -gt 0 ] || { echo "test-kotlin: no Kotlin test sources" >&2; exit 1; }
 

@@ -21,6 +21,8 @@ let package = Package(
     platforms: [.iOS(.v15), .macOS(.v12)],
     products: [
         .library(name: "ToolLedger", targets: ["ToolLedger"]),
+        // The ready `os.Logger` adapter for the ledger's observer.
+        .library(name: "ToolLedgerLogging", targets: ["ToolLedgerLogging"]),
     ],
     targets: [
         // The C half of the bindings: the UniFFI scaffolding's header.
@@ -44,6 +46,8 @@ let package = Package(
             dependencies: ["ToolLedgerBindings"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        // LedgerObserver -> os.Logger (hand-written, committed).
+        .target(name: "ToolLedgerLogging", dependencies: ["ToolLedger"]),
         // Tools and a fake downstream shared by the tests and the crash child.
         .target(name: "ToolLedgerTestTools", dependencies: ["ToolLedger"]),
         // The process the crash-recovery test SIGKILLs mid-call.
@@ -57,7 +61,7 @@ let package = Package(
         .executableTarget(name: "ToolLedgerQuickStart", dependencies: ["ToolLedger"]),
         .testTarget(
             name: "ToolLedgerTests",
-            dependencies: ["ToolLedger", "ToolLedgerTestTools", "ToolLedgerCrashChild", "ToolLedgerQuickStart"]
+            dependencies: ["ToolLedger", "ToolLedgerLogging", "ToolLedgerTestTools", "ToolLedgerCrashChild", "ToolLedgerQuickStart"]
         ),
     ]
 )

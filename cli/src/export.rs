@@ -10,11 +10,10 @@
 //! from a migrated copy). The store is read page by page (500 rows per read transaction), so a large
 //! database neither holds a long read snapshot nor sits in memory at once.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 
 use serde_json::{json, Value};
-use toolledger::ledger::PageCursor;
+use toolledger::ledger::{private_file, PageCursor};
 use toolledger::model::ExecutionRecord;
 
 use crate::args::ExportArgs;
@@ -33,7 +32,8 @@ pub fn run(args: &ExportArgs) -> CliResult<()> {
     let inspector = reading.inspector();
     let total = inspector.execution_count()?;
     let mut out: Box<dyn Write> = match &args.out {
-        Some(path) => Box::new(BufWriter::new(File::create(path)?)),
+        // Readable by the owner only, whatever the umask: it may hold values.
+        Some(path) => Box::new(BufWriter::new(private_file(path)?)),
         None => Box::new(BufWriter::new(std::io::stdout().lock())),
     };
     let mut bar = Progress::new("export", total);

@@ -27,6 +27,7 @@ macro_rules! say {
 mod args;
 mod export;
 mod inspect;
+mod key;
 mod maintenance;
 mod progress;
 

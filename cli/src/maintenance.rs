@@ -63,6 +63,21 @@ impl Reading {
     }
 }
 
+/// Opens `db` to write (recover, prune), with the key from the
+/// environment when there is one (`key.rs`).
+///
+/// # Errors
+/// The ledger's typed errors; a malformed key.
+fn open_for_writing(db: &Path) -> CliResult<Ledger> {
+    let key = crate::key::from_env()?;
+    Ok(Ledger::open_with(
+        db,
+        LedgerConfig::default(),
+        std::sync::Arc::new(toolledger::ledger::SystemClock),
+        key.as_ref(),
+    )?)
+}
+
 /// Opens `db` for reading without writing to it (see [`Reading`]).
 ///
 /// # Errors
@@ -71,7 +86,8 @@ impl Reading {
 pub fn open_for_reading(db: &Path) -> CliResult<Reading> {
     use toolledger::ledger::Error as L;
     existing(db)?;
-    match Inspector::open(db) {
+    let key = crate::key::from_env()?;
+    match Inspector::open_keyed(db, key.as_ref()) {
         Ok(inspector) => Ok(Reading {
             inspector,
             _scratch: None,
@@ -88,7 +104,7 @@ pub fn open_for_reading(db: &Path) -> CliResult<Reading> {
                 "toolledger: note: {} ({why}); reading a migrated copy, the file is left as it is",
                 db.display()
             );
-            let inspector = Inspector::open_migrated_copy(db, scratch.path())?;
+            let inspector = Inspector::open_migrated_copy_keyed(db, scratch.path(), key.as_ref())?;
             Ok(Reading {
                 inspector,
                 _scratch: Some(scratch),
@@ -237,7 +253,7 @@ fn counts(pairs: &[(String, u64)]) -> Value {
 pub fn recover(cmd: &RecoverArgs) -> CliResult<ExitCode> {
     let args = &cmd.db;
     existing(&args.db)?;
-    let ledger = Ledger::open(&args.db, LedgerConfig::default())?;
+    let ledger = open_for_writing(&args.db)?;
     let started = std::time::Instant::now();
     let pending = ledger.recover()?;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -330,7 +346,7 @@ pub fn recover(cmd: &RecoverArgs) -> CliResult<ExitCode> {
 /// A missing file; the ledger's typed errors.
 pub fn prune(args: &PruneArgs) -> CliResult<()> {
     existing(&args.db.db)?;
-    let ledger = Ledger::open(&args.db.db, LedgerConfig::default())?;
+    let ledger = open_for_writing(&args.db.db)?;
     let options = PruneOptions {
         cutoff: match args.cutoff() {
             Cutoff::OlderThan(age) => PruneCutoff::OlderThan(age),

@@ -43,6 +43,21 @@ pub enum StorageKind {
     /// file; the last write may be lost (the connection was reopened). Never
     /// open the ledger file yourself: use the ledger's backup/export.
     ForeignConnection,
+    /// The key does not open this encrypted ledger. Nothing was written.
+    WrongKey,
+    /// The ledger is encrypted and was opened without a key.
+    KeyRequired,
+    /// A key was given for a plain ledger that holds records: encrypt it
+    /// first (`encrypt_ledger`).
+    NotEncrypted,
+    /// A stored value failed authentication: altered, moved from another
+    /// row, or written under another key.
+    Undecryptable,
+    /// Another session has the ledger open (encrypting and re-keying need it
+    /// alone). Nothing was written.
+    InUse,
+    /// A key that is not 32 bytes.
+    InvalidKey,
     /// Any other storage failure (invalid stored data, a schema guard, SQLite).
     Other,
 }
@@ -170,6 +185,12 @@ impl From<StorageError> for LedgerError {
             S::CannotOpen | S::MultipleLinks { .. } => StorageKind::CannotOpen,
             S::DatabaseReplaced => StorageKind::DatabaseReplaced,
             S::ForeignConnection => StorageKind::ForeignConnection,
+            S::WrongKey => StorageKind::WrongKey,
+            S::KeyRequired => StorageKind::KeyRequired,
+            S::NotEncrypted => StorageKind::NotEncrypted,
+            S::Undecryptable => StorageKind::Undecryptable,
+            S::InUse => StorageKind::InUse,
+            S::InvalidKey => StorageKind::InvalidKey,
             // Every other storage failure (the core's enum may grow).
             _ => StorageKind::Other,
         };

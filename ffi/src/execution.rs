@@ -110,8 +110,9 @@ pub struct OperationSummary {
 
 /// One stored execution. Holds argument and result values (replay needs
 /// them): never log it.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Record)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub struct Execution {
     /// The unit of idempotency.
     pub execution_id: ExecutionId,
@@ -193,8 +194,9 @@ impl From<model::ExecutionRecord> for Execution {
 }
 
 /// A state change of a background job, from polling or a webhook.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Enum)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub enum JobUpdate {
     /// Still running; `state` is the downstream's label (e.g. "queued").
     Progress {
@@ -224,8 +226,9 @@ impl From<JobUpdate> for ledger::JobUpdate {
 }
 
 /// What applying a job update or webhook did.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Enum)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub enum JobApplied {
     /// Recorded progress; the execution is still waiting.
     Progress,
@@ -292,7 +295,9 @@ impl From<StoreStats> for LedgerStats {
 }
 
 /// One entry of an execution's transition log.
-#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+#[derive(Clone, PartialEq, Eq, uniffi::Record)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub struct TransitionEntry {
     /// The status before (none for the creation of the record).
     pub from_status: Option<ExecutionStatus>,

@@ -246,8 +246,9 @@ impl ToolExecutor {
 }
 
 /// What `recover` did.
-// No `Debug`: its outcomes hold result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Record)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub struct Recovery {
     /// One outcome per execution that needed attention.
     pub outcomes: Vec<CallOutcome>,

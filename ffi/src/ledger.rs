@@ -27,22 +27,87 @@ type Result<T, E = LedgerError> = std::result::Result<T, E>;
 #[derive(Debug, uniffi::Object)]
 pub struct Ledger {
     pub(crate) inner: Arc<core::Ledger>,
+    /// The observers of its status moves (`set_observer`, `add_observer`).
+    observers: Arc<super::privacy::Observers>,
 }
 
 #[uniffi::export]
 impl Ledger {
-    /// Opens (creating if needed) the ledger database at `path`.
+    /// Opens (creating if needed) the ledger database at `path`, created
+    /// readable by its owner only.
+    ///
+    /// With `key` (32 bytes the app keeps in the Keychain / Android
+    /// Keystore), the ledger is encrypted at rest: a new ledger is created
+    /// encrypted, an encrypted one opens only with its key. A plain ledger
+    /// that holds records is encrypted once with `encrypt_ledger`.
     ///
     /// # Errors
     /// `Storage` for a file that is not a database (`NotADatabase`) or is
     /// corrupt, a newer schema (`IncompatibleVersion`), a read-only or
-    /// unopenable path, a lock held past the busy timeout.
-    #[uniffi::constructor]
-    pub fn open(path: String, config: LedgerConfig) -> Result<Arc<Ledger>> {
-        let inner = core::Ledger::open(Path::new(&path), config.into())?;
+    /// unopenable path, a lock held past the busy timeout; `WrongKey`,
+    /// `KeyRequired`, `NotEncrypted`, `InvalidKey` (nothing written).
+    #[uniffi::constructor(default(key = None))]
+    pub fn open(path: String, config: LedgerConfig, key: Option<Vec<u8>>) -> Result<Arc<Ledger>> {
+        let key = key.as_deref().map(super::privacy::key_of).transpose()?;
+        let inner = core::Ledger::open_with(
+            Path::new(&path),
+            config.into(),
+            Arc::new(core::SystemClock),
+            key.as_ref(),
+        )?;
         Ok(Arc::new(Ledger {
             inner: Arc::new(inner),
+            observers: Arc::default(),
         }))
+    }
+
+    /// True when the ledger is encrypted at rest.
+    pub fn is_encrypted(&self) -> bool {
+        self.inner.is_encrypted()
+    }
+
+    /// Registers (or, with `None`, removes) the observer that hears of every
+    /// committed status move: ids, tool, statuses, attempt, elapsed time and
+    /// the reason's kind, never a value. It replaces the observer an earlier
+    /// `set_observer` named; those `add_observer` added keep hearing.
+    ///
+    /// # Errors
+    /// `Internal` for a poisoned lock.
+    pub fn set_observer(
+        &self,
+        observer: Option<Arc<dyn super::privacy::LedgerObserver>>,
+    ) -> Result<()> {
+        super::privacy::put_observer(
+            &self.inner,
+            &self.observers,
+            Some(super::privacy::PRIMARY_SLOT),
+            observer,
+        )?;
+        Ok(())
+    }
+
+    /// Adds an observer beside the others (an event stream of a language
+    /// layer, a second log) and returns its token for `remove_observer`.
+    /// Every observer hears every committed move, in the order added.
+    ///
+    /// # Errors
+    /// `Internal` for a poisoned lock.
+    pub fn add_observer(&self, observer: Arc<dyn super::privacy::LedgerObserver>) -> Result<u64> {
+        super::privacy::put_observer(&self.inner, &self.observers, None, Some(observer))
+    }
+
+    /// Removes the observer `add_observer` returned `token` for (a token
+    /// already removed, or never returned, changes nothing).
+    ///
+    /// # Errors
+    /// `Internal` for a poisoned lock.
+    pub fn remove_observer(&self, token: u64) -> Result<()> {
+        if token == super::privacy::PRIMARY_SLOT {
+            // Slot 0 is `set_observer`'s: not a token `add_observer` gives.
+            return Ok(());
+        }
+        super::privacy::put_observer(&self.inner, &self.observers, Some(token), None)?;
+        Ok(())
     }
 
     /// This ledger's session id (the owner written on `executing` rows).

@@ -32,8 +32,10 @@ mod executor;
 mod ids;
 mod ledger;
 mod outcome;
+mod privacy;
 mod provider;
 mod records;
+mod redact;
 mod tool;
 
 pub use driven::{CallerAttempt, CallerStep};
@@ -45,6 +47,10 @@ pub use execution::{
 pub use executor::{Recovery, RecoveryFailure, RecoveryFailureKind, ToolExecutor};
 pub use ledger::Ledger;
 pub use outcome::{CallOutcome, ExecutorConfig, LatencySummary, MetricsSnapshot};
+pub use privacy::{
+    encrypt_ledger, generate_ledger_key, rotate_ledger_key, LedgerEvent, LedgerObserver,
+    ObserverError, ReasonKind,
+};
 pub use provider::{
     mcp_request_protocol_version, parse_tool_calls, render_anthropic_user_message,
     render_gemini_user_turn, render_mcp_batch_response, render_mcp_result, render_tool_result,

@@ -44,8 +44,9 @@ impl From<ExecutorConfig> for core::ExecutorConfig {
 }
 
 /// The result of running (or replaying, or refusing) one tool call.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Enum)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub enum CallOutcome {
     /// A result for the model. `replayed` is true when it is the stored
     /// result of an earlier run (nothing ran now).

@@ -12,8 +12,9 @@ use super::error::LedgerError;
 use super::records::{Provider, ToolCall};
 
 /// One call with its result, for the whole-turn renderers.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Record)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub struct ToolResult {
     /// The call the result answers.
     pub call: ToolCall,

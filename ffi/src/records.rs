@@ -50,8 +50,9 @@ impl From<Provider> for model::Provider {
 }
 
 /// One tool call the model asked for, in provider-neutral form.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Record)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub struct ToolCall {
     /// Where the call came from (`Custom` for calls the app builds).
     pub provider: Provider,
@@ -97,8 +98,9 @@ impl From<ToolCall> for model::ToolCall {
 
 /// One call to begin with the ledger directly: the call plus what the app's
 /// tool registry knows about the tool.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Record)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub struct CallSpec {
     /// The call as the model asked for it.
     pub call: ToolCall,
@@ -120,8 +122,9 @@ impl From<CallSpec> for ledger::CallSpec {
 }
 
 /// Permission to run one attempt: the record is durably `executing`.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Record)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub struct Ticket {
     /// The execution.
     pub execution_id: ExecutionId,
@@ -163,8 +166,9 @@ impl From<ledger::Ticket> for Ticket {
 }
 
 /// A committed result as stored: hand it to the model, again and again.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Record)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub struct StoredResult {
     /// The execution.
     pub execution_id: ExecutionId,
@@ -189,8 +193,9 @@ impl From<ledger::StoredResult> for StoredResult {
 }
 
 /// What an approver must see: the tool and the exact arguments, by digest.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Record)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub struct ApprovalRequest {
     /// The execution waiting for approval.
     pub execution_id: ExecutionId,
@@ -215,8 +220,9 @@ impl From<ledger::ApprovalRequest> for ApprovalRequest {
 }
 
 /// The answer of `begin`: what the caller must do with this call now.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Enum)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub enum Begin {
     /// Run the tool now, sending the ticket's downstream key.
     Execute {
@@ -320,8 +326,9 @@ impl From<ledger::Begin> for Begin {
 }
 
 /// How the app resolved an unknown outcome (e.g. the user checked their bank).
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Enum)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub enum Resolution {
     /// The effect exists downstream: commit this result.
     Found {
@@ -358,8 +365,9 @@ impl From<Resolution> for ledger::Resolution {
 }
 
 /// What `resolve_unknown` on the ledger led to.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Enum)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub enum Resolved {
     /// Committed with the found result.
     Committed {

@@ -86,8 +86,9 @@ impl From<ToolDescriptor> for core::ToolDescriptor {
 }
 
 /// One attempt (or one lookup) of one execution.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Record)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub struct ToolRequest {
     /// The execution (for read-only tools: the id it would have).
     pub execution_id: ExecutionId,
@@ -136,8 +137,9 @@ impl From<ToolRequest> for core::ToolRequest {
 
 /// What one `perform` did. Return `Unknown` (or throw) when the request may
 /// have reached the downstream and you cannot tell whether it committed.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Enum)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub enum PerformOutcome {
     /// The effect committed downstream; this is its result.
     Committed {
@@ -187,8 +189,9 @@ impl From<PerformOutcome> for core::PerformOutcome {
 }
 
 /// What a `lookup` found downstream.
-// No `Debug`: it holds argument or result values, which are never logged.
 #[derive(Clone, PartialEq, Eq, uniffi::Enum)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub enum LookupOutcome {
     /// The effect exists; this is its result.
     Found {
@@ -222,24 +225,23 @@ impl From<LookupOutcome> for core::LookupOutcome {
 /// An error a tool throws when it cannot classify what happened. For a
 /// side-effecting tool every variant means "outcome unknown", never "failed".
 /// Keep argument values out of the messages: they are stored and returned.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, uniffi::Error)]
+#[derive(Clone, PartialEq, Eq, uniffi::Error)]
+// Printed redacted (ids, tool, status, sizes): see `redact`.
+#[uniffi::export(Debug, Display)]
 pub enum ToolCallError {
     /// The transport failed (timeout, connection reset) after the request
     /// may have been sent.
-    #[error("transport: {message}")]
     Transport {
         /// What happened.
         message: String,
     },
     /// The tool's own code failed unexpectedly.
-    #[error("tool: {message}")]
     Tool {
         /// What happened.
         message: String,
     },
     /// The foreign code threw an exception of another type (filled in by the
     /// bindings; apps do not throw this themselves).
-    #[error("unexpected exception in a foreign tool")]
     Unexpected {
         /// A fixed description (the exception's text may hold user data).
         message: String,
@@ -256,9 +258,18 @@ impl From<uniffi::UnexpectedUniFFICallbackError> for ToolCallError {
     }
 }
 
+impl std::error::Error for ToolCallError {}
+
 impl From<ToolCallError> for core::ToolError {
     fn from(e: ToolCallError) -> core::ToolError {
-        core::ToolError::new(e.to_string())
+        // The message is the tool's: kept (sealed in an encrypted ledger) as
+        // the execution's reason, reachable by `Execution.last_reason`,
+        // never printed by the ledger.
+        core::ToolError::new(match e {
+            ToolCallError::Transport { message } => format!("transport: {message}"),
+            ToolCallError::Tool { message } => format!("tool: {message}"),
+            ToolCallError::Unexpected { .. } => "unexpected exception in a foreign tool".into(),
+        })
     }
 }
 

@@ -153,9 +153,14 @@ impl std::fmt::Debug for PerformOutcome {
             PerformOutcome::Committed { .. } => f.write_str("Committed"),
             PerformOutcome::JobStarted { .. } => f.write_str("JobStarted"),
             PerformOutcome::FailedBeforeCommit { reason, retryable } => {
-                write!(f, "FailedBeforeCommit({reason}, retryable={retryable})")
+                // A reason may carry the downstream's or the tool's words.
+                write!(
+                    f,
+                    "FailedBeforeCommit(<{} bytes>, retryable={retryable})",
+                    reason.len()
+                )
             }
-            PerformOutcome::Unknown { reason } => write!(f, "Unknown({reason})"),
+            PerformOutcome::Unknown { reason } => write!(f, "Unknown(<{} bytes>)", reason.len()),
         }
     }
 }
@@ -189,11 +194,21 @@ impl std::fmt::Debug for LookupOutcome {
 /// A tool failed in a way it could not classify (transport error, crash in
 /// the tool's own code). For a side-effecting tool this is an unknown
 /// outcome, never a failure: the request may have reached the downstream.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("tool error: {message}")]
+///
+/// Its message is stored as the execution's reason (reachable through
+/// `ExecutionRecord::last_reason`); `Debug` and `Display` show its length
+/// only, since a tool may put data in it.
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tool error (<{} bytes>)", message.len())]
 pub struct ToolError {
     /// What happened (no argument values).
     pub message: String,
+}
+
+impl std::fmt::Debug for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ToolError(<{} bytes>)", self.message.len())
+    }
 }
 
 impl ToolError {

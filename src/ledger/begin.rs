@@ -42,15 +42,17 @@ impl Prepared<'_> {
         stored: &ArgsDigest,
         ledger: &Ledger,
     ) -> Result<ArgsDigest> {
-        let legacy = |arguments: &str| {
-            digest_with(
+        // As stored: keyed when the ledger is encrypted.
+        let legacy = |arguments: &str| -> Result<ArgsDigest> {
+            let plain = digest_with(
                 DigestScheme::NearestDouble,
                 &self.spec.call.tool_name,
                 self.spec.tool_version,
                 arguments,
                 &ledger.config.json_limits,
-            )
-            .map(|args| args.digest)
+            )?
+            .digest;
+            Ok(ledger.store.stored_digest(plain)?)
         };
         Ok(match scheme {
             DigestScheme::Exact => self.args.digest.clone(),
@@ -217,12 +219,14 @@ impl Ledger {
             tool_name: &spec.call.tool_name,
             tool_version: spec.tool_version,
         })?;
-        let args = crate::model::digest_arguments(
+        let mut args = crate::model::digest_arguments(
             &spec.call.tool_name,
             spec.tool_version,
             &spec.call.arguments,
             &self.config.json_limits,
         )?;
+        // In an encrypted ledger the digest stored and compared is keyed.
+        args.digest = self.store.stored_digest(args.digest)?;
         Ok(Prepared { spec, id, args })
     }
 

@@ -64,6 +64,32 @@ impl GuardedStore {
     pub(super) fn checkpoint(&self) -> crate::store::Result<()> {
         self.0.checkpoint()
     }
+
+    /// See `Store::is_encrypted`.
+    pub(super) fn is_encrypted(&self) -> bool {
+        self.0.is_encrypted()
+    }
+
+    /// See `Store::reseal`.
+    pub(super) fn reseal(&self, key: &crate::store::LedgerKey) -> crate::store::Result<()> {
+        self.0.reseal(key)
+    }
+
+    /// See `Store::set_sink`.
+    pub(super) fn set_sink(
+        &self,
+        sink: Option<std::sync::Arc<dyn crate::store::EventSink>>,
+    ) -> crate::store::Result<()> {
+        self.0.set_sink(sink)
+    }
+
+    /// See `Store::stored_digest`.
+    pub(super) fn stored_digest(
+        &self,
+        plain: crate::model::ArgsDigest,
+    ) -> crate::store::Result<crate::model::ArgsDigest> {
+        self.0.stored_digest(plain)
+    }
 }
 
 /// The delivery bookkeeping of one ledger.

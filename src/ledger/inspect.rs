@@ -69,11 +69,24 @@ impl Inspector {
     /// one, `NotADatabase`, `Corrupt`, `CannotOpen` (also when SQLite cannot
     /// read a file in use from a read-only directory).
     pub fn open(path: &Path) -> Result<Inspector> {
+        Inspector::open_keyed(path, None)
+    }
+
+    /// [`Inspector::open`] of a ledger that may be encrypted, with its key.
+    ///
+    /// # Errors
+    /// As [`Inspector::open`]; `KeyRequired` / `WrongKey` for an encrypted
+    /// ledger without its key.
+    pub fn open_keyed(path: &Path, key: Option<&store::LedgerKey>) -> Result<Inspector> {
         if !path.is_file() {
             return Err(Error::Store(store::Error::CannotOpen));
         }
         Ok(Inspector {
-            store: Mutex::new(Some(Store::open_read_only(path, StoreOptions::default())?)),
+            store: Mutex::new(Some(Store::open_read_only(
+                path,
+                StoreOptions::default(),
+                key,
+            )?)),
             copied_from_schema: None,
         })
     }
@@ -86,6 +99,18 @@ impl Inspector {
     /// I/O errors of the copy ([`Error::Session`] with the reason); the
     /// store's typed errors for the copy.
     pub fn open_migrated_copy(path: &Path, scratch: &Path) -> Result<Inspector> {
+        Inspector::open_migrated_copy_keyed(path, scratch, None)
+    }
+
+    /// [`Inspector::open_migrated_copy`] of a ledger that may be encrypted.
+    ///
+    /// # Errors
+    /// As [`Inspector::open_migrated_copy`].
+    pub fn open_migrated_copy_keyed(
+        path: &Path,
+        scratch: &Path,
+        key: Option<&store::LedgerKey>,
+    ) -> Result<Inspector> {
         if !path.is_file() {
             return Err(Error::Store(store::Error::CannotOpen));
         }
@@ -99,7 +124,7 @@ impl Inspector {
                 .map_err(|e| io("copying its -wal", e))?;
         }
         let found = {
-            let original = Store::open_read_only(path, StoreOptions::default());
+            let original = Store::open_read_only(path, StoreOptions::default(), key);
             match original {
                 Ok(store) => store.read(|dao: &Dao<'_>| dao.schema_version())?,
                 Err(store::Error::OlderSchema { found, .. }) => found,
@@ -107,7 +132,11 @@ impl Inspector {
                 Err(_) => read_user_version(&copy)?,
             }
         };
-        let store = Store::open(&copy, StoreOptions::default())?;
+        let store = match Store::open(&copy, StoreOptions::default(), key) {
+            // A key given for a plain ledger: read it as it is.
+            Err(store::Error::NotEncrypted) => Store::open(&copy, StoreOptions::default(), None)?,
+            other => other?,
+        };
         Ok(Inspector {
             store: Mutex::new(Some(store)),
             copied_from_schema: Some(found),
@@ -216,7 +245,7 @@ impl Inspector {
 
 /// `PRAGMA user_version` of a database file, read with a private connection.
 fn read_user_version(path: &Path) -> Result<i64> {
-    let store = Store::open_read_only(path, StoreOptions::default());
+    let store = Store::open_read_only(path, StoreOptions::default(), None);
     match store {
         Ok(store) => Ok(store.read(|dao: &Dao<'_>| dao.schema_version())?),
         Err(store::Error::OlderSchema { found, .. }) => Ok(found),

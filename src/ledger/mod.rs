@@ -45,6 +45,7 @@ mod error;
 mod inspect;
 mod jobs;
 mod owners;
+mod privacy;
 mod retention;
 mod session;
 mod steps;
@@ -63,6 +64,7 @@ pub use decide::NextStep;
 pub use error::{Error, Result};
 pub use inspect::{Inspector, OperationView, PageCursor, Summary};
 pub use jobs::{JobApplied, JobUpdate};
+pub use privacy::{LedgerEvent, LedgerKey, LedgerObserver, ReasonKind};
 pub use retention::{
     PruneCutoff, PruneOptions, PruneProgress, PruneReport, PRUNED_EXECUTED_REASON,
     PRUNED_FAILED_REASON,
@@ -70,6 +72,9 @@ pub use retention::{
 
 /// Why the storage layer refused (carried by [`Error::Store`]).
 pub use crate::store::Error as StorageError;
+/// Files beside a ledger (exports, copies) are created for the owner only:
+/// 0600 files, 0700 directories, whatever the umask.
+pub use crate::store::{private_dir, private_file};
 pub use crate::store::{DbSize, StoreStats};
 
 /// The schema version this library writes (`PRAGMA user_version`). A file
@@ -81,7 +86,7 @@ use crate::model::{
     EvidenceEntry, ExecutionId, ExecutionRecord, ExecutionStatus, JsonLimits, OperationId,
     SessionId,
 };
-use crate::store::{Durability, Fence, StatusFields, Store, StoreOptions};
+use crate::store::{Durability, Fence, StatusFields, Store};
 use deliveries::{Deliveries, GuardedStore, History};
 use owners::Liveness;
 use session::Sessions;
@@ -156,13 +161,7 @@ impl Ledger {
         config: LedgerConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Ledger> {
-        let store = Store::open(
-            path,
-            StoreOptions {
-                busy_timeout: config.busy_timeout,
-            },
-        )?;
-        Ledger::with_store(store, config, clock)
+        Ledger::open_with(path, config, clock, None)
     }
 
     /// A private in-memory ledger (tests and ephemeral harnesses).

@@ -113,8 +113,9 @@ impl std::fmt::Debug for EvidenceEntry {
     }
 }
 
-/// One entry of an execution's append-only transition log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One entry of an execution's append-only transition log. `Debug` shows
+/// the reason's length only (a tool's words may be in it).
+#[derive(Clone, PartialEq, Eq)]
 pub struct TransitionEntry {
     /// The status before (`None` for the creation of the record).
     pub from: Option<ExecutionStatus>,
@@ -128,4 +129,20 @@ pub struct TransitionEntry {
     pub reason: Option<String>,
     /// When, ms since the Unix epoch.
     pub at_ms: i64,
+}
+
+impl std::fmt::Debug for TransitionEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransitionEntry")
+            .field("from", &self.from)
+            .field("to", &self.to)
+            .field("transition", &self.transition)
+            .field("attempt", &self.attempt)
+            .field(
+                "reason",
+                &self.reason.as_ref().map(|r| format!("<{} bytes>", r.len())),
+            )
+            .field("at_ms", &self.at_ms)
+            .finish()
+    }
 }

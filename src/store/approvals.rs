@@ -3,6 +3,8 @@
 
 use rusqlite::{params, OptionalExtension};
 
+use super::codec::unseal;
+use super::crypt::{Col, Row};
 use super::dao::Dao;
 use super::error::Result;
 use crate::model::{ArgsDigest, ExecutionId};
@@ -20,6 +22,7 @@ impl Dao<'_> {
         preview_json: Option<&str>,
         now_ms: i64,
     ) -> Result<()> {
+        let preview = self.seal(Col::Preview, Row::of(id.as_str()), preview_json)?;
         self.tx
             .prepare_cached(
                 "INSERT INTO approvals (execution_id, args_digest, decision, preview_json, decided_ms)
@@ -32,7 +35,7 @@ impl Dao<'_> {
                 id,
                 digest,
                 if approved { "approved" } else { "rejected" },
-                preview_json,
+                preview,
                 now_ms
             ])?;
         Ok(())
@@ -53,7 +56,9 @@ impl Dao<'_> {
                 "SELECT preview_json FROM approvals
                  WHERE execution_id = ?1 AND args_digest = ?2 AND decision = 'approved'",
             )?
-            .query_row(params![id, digest], |r| r.get(0))
+            .query_row(params![id, digest], |r| {
+                unseal(self.keys, Col::Preview, Row::of(id.as_str()), r.get_ref(0)?)
+            })
             .optional()?)
     }
 }

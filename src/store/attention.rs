@@ -37,7 +37,7 @@ impl Dao<'_> {
     /// Storage errors.
     pub fn executions_needing_attention(&self) -> Result<Vec<ExecutionRecord>> {
         let mut stmt = self.tx.prepare_cached(NEEDING_ATTENTION)?;
-        let rows = stmt.query_map([], row_to_record)?;
+        let rows = stmt.query_map([], |r| row_to_record(self.keys, r))?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
@@ -97,7 +97,7 @@ mod tests {
     #[test]
     fn recover_reads_only_the_rows_that_need_attention() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("l.db"), StoreOptions::default()).unwrap();
+        let store = Store::open(&dir.path().join("l.db"), StoreOptions::default(), None).unwrap();
         let plan: Vec<String> = store
             .read(|dao| {
                 let sql = format!("EXPLAIN QUERY PLAN {}", super::NEEDING_ATTENTION);

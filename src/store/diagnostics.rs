@@ -92,7 +92,7 @@ impl Dao<'_> {
         );
         let mut stmt = self.tx.prepare_cached(&sql)?;
         let rows = stmt.query_map(params![cursor, limit], |r| {
-            Ok((r.get(26)?, row_to_record(r)?))
+            Ok((r.get(26)?, row_to_record(self.keys, r)?))
         })?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }

@@ -77,13 +77,46 @@ pub enum Error {
     /// ledger's backup and export instead).
     #[error("another SQLite connection in this process closed the ledger file; the last write may be lost")]
     ForeignConnection,
+    /// A key that is not 32 bytes (or no random source to make one).
+    #[error("an encryption key must be 32 bytes")]
+    InvalidKey,
+    /// The key does not open this ledger's keys. Nothing was written.
+    #[error("the key does not open this ledger (nothing was written)")]
+    WrongKey,
+    /// The ledger is encrypted and was opened without its key. Nothing was
+    /// written.
+    #[error("the ledger is encrypted: open it with its key")]
+    KeyRequired,
+    /// A key was given for a ledger that holds unencrypted records: encrypt
+    /// it in place first (`encrypt_in_place`). Nothing was written.
+    #[error("the ledger is not encrypted: encrypt it in place first")]
+    NotEncrypted,
+    /// A sealed value did not open: it was altered, moved from another row
+    /// or column, or written under another key.
+    #[error("a sealed value failed authentication (altered, moved or under another key)")]
+    Undecryptable,
+    /// Another live session has the ledger open: encrypting or re-keying
+    /// needs it alone. Nothing was written.
+    #[error("another session has the ledger open")]
+    InUse,
     /// Any other SQLite error.
     #[error("sqlite error: {0}")]
     Sqlite(rusqlite::Error),
 }
 
+/// A sealed value that failed to open inside a row mapping (rusqlite wants
+/// its own error type there); turned back into [`Error::Undecryptable`].
+#[derive(Debug, thiserror::Error)]
+#[error("a sealed value failed authentication")]
+pub(super) struct SealBroken;
+
 impl From<rusqlite::Error> for Error {
     fn from(err: rusqlite::Error) -> Error {
+        if let rusqlite::Error::FromSqlConversionFailure(_, _, inner) = &err {
+            if inner.is::<SealBroken>() {
+                return Error::Undecryptable;
+            }
+        }
         if let rusqlite::Error::SqliteFailure(ffi, msg) = &err {
             return match ffi.code {
                 ErrorCode::NotADatabase => Error::NotADatabase,

@@ -6,7 +6,8 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use super::codec::{execution_columns, row_to_record, EXECUTION_COLUMNS};
+use super::codec::{execution_columns, row_to_record, unseal, EXECUTION_COLUMNS};
+use super::crypt::{hex, unhex, Col, Row};
 use super::dao::Dao;
 use super::error::{Error, Result};
 use super::history::{history_line, parse_history, LogLine};
@@ -98,7 +99,7 @@ impl Dao<'_> {
         Ok(self
             .tx
             .prepare_cached(SQL)?
-            .query_row([id], row_to_record)
+            .query_row([id], |r| row_to_record(self.keys, r))
             .optional()?)
     }
 
@@ -119,6 +120,8 @@ impl Dao<'_> {
     /// # Errors
     /// Storage errors (a duplicate id is a constraint error).
     pub fn insert_execution(&self, new: &NewExecution<'_>, session: &SessionId) -> Result<()> {
+        let row = Row::of(new.execution_id.as_str());
+        let args = self.seal(Col::Args, row, Some(new.args_json))?;
         self.tx
             .prepare_cached(
                 "INSERT INTO executions (execution_id, operation_id, round, position, provider,
@@ -139,7 +142,7 @@ impl Dao<'_> {
                 new.tool_name,
                 new.tool_version,
                 new.args_digest,
-                new.args_json,
+                args,
                 new.downstream_key,
                 new.requires_approval,
                 new.status,
@@ -163,7 +166,33 @@ impl Dao<'_> {
                     reason: None,
                 }),
             ])?;
+        self.observe(
+            new.execution_id,
+            None,
+            new.status,
+            new.attempt_count,
+            None,
+            new.now_ms,
+        )?;
         Ok(())
+    }
+
+    /// A reason as written into a log line: itself in a plain ledger, the
+    /// hex of its sealed bytes in an encrypted one.
+    fn log_reason<'r>(
+        &self,
+        id: &ExecutionId,
+        reason: Option<&'r str>,
+    ) -> Result<Option<std::borrow::Cow<'r, str>>> {
+        Ok(match (reason, self.keys) {
+            (None, _) => None,
+            (Some(r), None) => Some(std::borrow::Cow::Borrowed(r)),
+            (Some(r), Some(keys)) => Some(std::borrow::Cow::Owned(hex(&keys.seal(
+                Col::History,
+                Row::of(id.as_str()),
+                r.as_bytes(),
+            )?))),
+        })
     }
 
     /// Applies one checked [`Move`] and appends it to the log. Entering
@@ -194,6 +223,7 @@ impl Dao<'_> {
                 .optional()?
                 .unwrap_or_default(),
         };
+        let log_reason = self.log_reason(id, change.reason)?;
         let line = history_line(&LogLine {
             at_ms: now_ms,
             transition: mv.transition().as_str(),
@@ -201,8 +231,12 @@ impl Dao<'_> {
             to,
             attempt,
             session: actor,
-            reason: change.reason,
+            reason: log_reason.as_deref(),
         });
+        let row = Row::of(id.as_str());
+        let result = self.seal(Col::Result, row, change.result_json)?;
+        let external = self.seal(Col::ExternalId, row, change.external_id)?;
+        let reason = self.seal(Col::Reason, row, change.reason)?;
         // Two statements: only a move into a final status touches the
         // attention flag (and its index, if the row was flagged), so
         // `executing -> committed` writes the row's page and nothing else.
@@ -243,15 +277,18 @@ impl Dao<'_> {
             owner,
             unknown.map(|u| u.ms),
             unknown.map(|u| &*u.boot_id),
-            change.result_json,
-            change.external_id,
-            change.reason,
+            result,
+            external,
+            reason,
             change.retryable,
             change.partial.then_some(1),
             line,
             fence.map(|f| f.attempt),
             fence.and_then(|f| f.session),
         ])?;
+        if changed != 0 {
+            self.observe(id, Some(mv.from()), to, attempt, change.reason, now_ms)?;
+        }
         Ok(changed != 0)
     }
 
@@ -270,6 +307,7 @@ impl Dao<'_> {
         reason: &str,
         now_ms: i64,
     ) -> Result<()> {
+        let log_reason = self.log_reason(id, Some(reason))?;
         let line = history_line(&LogLine {
             at_ms: now_ms,
             transition: note,
@@ -277,7 +315,7 @@ impl Dao<'_> {
             to: status,
             attempt,
             session: actor,
-            reason: Some(reason),
+            reason: log_reason.as_deref(),
         });
         self.tx
             .prepare_cached(
@@ -309,14 +347,31 @@ impl Dao<'_> {
     /// # Errors
     /// Storage errors.
     pub fn set_external_id(&self, id: &ExecutionId, external: &str, now_ms: i64) -> Result<bool> {
-        let changed = self
+        // Compared here, not in SQL: a sealed value never equals another
+        // sealing of the same text (each has its own nonce).
+        let row = Row::of(id.as_str());
+        let stored: Option<Option<String>> = self
             .tx
-            .prepare_cached(
-                "UPDATE executions SET external_id = ?2, updated_ms = ?3
-                 WHERE execution_id = ?1 AND (external_id IS NULL OR external_id = ?2)",
-            )?
-            .execute(params![id, external, now_ms])?;
-        Ok(changed == 1)
+            .prepare_cached("SELECT external_id FROM executions WHERE execution_id = ?1")?
+            .query_row([id], |r| {
+                unseal(self.keys, Col::ExternalId, row, r.get_ref(0)?)
+            })
+            .optional()?;
+        match stored {
+            None => Ok(false),
+            Some(Some(known)) => Ok(known == external),
+            Some(None) => {
+                let sealed = self.seal(Col::ExternalId, row, Some(external))?;
+                let changed = self
+                    .tx
+                    .prepare_cached(
+                        "UPDATE executions SET external_id = ?2, updated_ms = ?3
+                         WHERE execution_id = ?1 AND external_id IS NULL",
+                    )?
+                    .execute(params![id, sealed, now_ms])?;
+                Ok(changed == 1)
+            }
+        }
     }
 
     /// Every execution of an operation, in round and position order.
@@ -332,7 +387,7 @@ impl Dao<'_> {
              ORDER BY round, position, execution_id"
         );
         let mut stmt = self.tx.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params![start, end, op], row_to_record)?;
+        let rows = stmt.query_map(params![start, end, op], |r| row_to_record(self.keys, r))?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
@@ -345,7 +400,7 @@ impl Dao<'_> {
             "SELECT {EXECUTION_COLUMNS} FROM executions WHERE compensates = ?1 ORDER BY created_ms"
         );
         let mut stmt = self.tx.prepare_cached(&sql)?;
-        let rows = stmt.query_map([original], row_to_record)?;
+        let rows = stmt.query_map([original], |r| row_to_record(self.keys, r))?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
@@ -359,7 +414,16 @@ impl Dao<'_> {
             .prepare_cached("SELECT history FROM executions WHERE execution_id = ?1")?
             .query_row([id], |r| r.get(0))
             .optional()?;
-        parse_history(history.as_deref().unwrap_or_default())
-            .map_err(|what| Error::InvalidData(what.to_owned()))
+        let mut entries = parse_history(history.as_deref().unwrap_or_default())
+            .map_err(|what| Error::InvalidData(what.to_owned()))?;
+        if let Some(keys) = self.keys {
+            for entry in &mut entries {
+                if let Some(sealed) = entry.reason.take() {
+                    let bytes = unhex(&sealed).ok_or(Error::Undecryptable)?;
+                    entry.reason = Some(keys.open(Col::History, Row::of(id.as_str()), &bytes)?);
+                }
+            }
+        }
+        Ok(entries)
     }
 }

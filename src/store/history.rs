@@ -41,15 +41,7 @@ pub(super) fn history_line(line: &LogLine<'_>) -> String {
     out.push_str(line.session.as_str());
     if let Some(reason) = line.reason {
         out.push('|');
-        for ch in reason.chars() {
-            match ch {
-                '%' => out.push_str("%25"),
-                '|' => out.push_str("%7C"),
-                '\r' => out.push_str("%0D"),
-                '\n' => out.push_str("%0A"),
-                c => out.push(c),
-            }
-        }
+        out.push_str(&escape_reason(reason));
     }
     out.push('\n');
     out
@@ -86,6 +78,44 @@ pub(super) fn parse_history(
             })
         })
         .collect()
+}
+
+/// Rewrites the reason of every line of a `history` column with `f` (given
+/// the reason unescaped, returning the text to store, written escaped):
+/// sealing the reasons when a ledger is encrypted or re-keyed.
+///
+/// # Errors
+/// Whatever `f` returns.
+pub(super) fn reseal_reasons(
+    history: &str,
+    mut f: impl FnMut(&str) -> Result<String>,
+) -> Result<String> {
+    let mut out = String::with_capacity(history.len() * 2);
+    for line in history.split_terminator('\n') {
+        let mut fields = line.splitn(7, '|');
+        let head: Vec<&str> = fields.by_ref().take(6).collect();
+        out.push_str(&head.join("|"));
+        if let Some(reason) = fields.next() {
+            out.push('|');
+            out.push_str(&escape_reason(&f(&unescape_reason(reason))?));
+        }
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+fn escape_reason(reason: &str) -> String {
+    let mut out = String::with_capacity(reason.len());
+    for ch in reason.chars() {
+        match ch {
+            '%' => out.push_str("%25"),
+            '|' => out.push_str("%7C"),
+            '\r' => out.push_str("%0D"),
+            '\n' => out.push_str("%0A"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn unescape_reason(text: &str) -> String {

@@ -5,6 +5,8 @@
 
 use rusqlite::{params, OptionalExtension};
 
+use super::codec::{unseal, unseal_some};
+use super::crypt::{Col, Row};
 use super::dao::Dao;
 use super::error::Result;
 use crate::model::{DownstreamKey, ExecutionId};
@@ -24,6 +26,9 @@ impl Dao<'_> {
         external_id: Option<&str>,
         now_ms: i64,
     ) -> Result<bool> {
+        let row = Row::with(id.as_str(), i64::from(index));
+        let result = self.seal(Col::ItemResult, row, Some(result_json))?;
+        let external = self.seal(Col::ItemExternalId, row, external_id)?;
         let changed = self
             .tx
             .prepare_cached(
@@ -31,14 +36,7 @@ impl Dao<'_> {
                     external_id, committed_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT(execution_id, item_index) DO NOTHING",
             )?
-            .execute(params![
-                id,
-                index,
-                item_key,
-                result_json,
-                external_id,
-                now_ms
-            ])?;
+            .execute(params![id, index, item_key, result, external, now_ms])?;
         Ok(changed == 1)
     }
 
@@ -62,7 +60,15 @@ impl Dao<'_> {
             "SELECT item_index, result_json, external_id FROM batch_items
              WHERE execution_id = ?1 ORDER BY item_index",
         )?;
-        let rows = stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        let rows = stmt.query_map([id], |r| {
+            let index: u32 = r.get(0)?;
+            let row = Row::with(id.as_str(), i64::from(index));
+            Ok((
+                index,
+                unseal_some(self.keys, Col::ItemResult, row, r.get_ref(1)?)?,
+                unseal(self.keys, Col::ItemExternalId, row, r.get_ref(2)?)?,
+            ))
+        })?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
@@ -77,13 +83,14 @@ impl Dao<'_> {
         state: &str,
         now_ms: i64,
     ) -> Result<()> {
+        let job = self.seal(Col::JobId, Row::of(id.as_str()), Some(job_id))?;
         self.tx
             .prepare_cached(
                 "INSERT INTO jobs (execution_id, job_id, state, updated_ms) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT(execution_id) DO UPDATE SET state = excluded.state,
                     updated_ms = excluded.updated_ms",
             )?
-            .execute(params![id, job_id, state, now_ms])?;
+            .execute(params![id, job, state, now_ms])?;
         Ok(())
     }
 
@@ -95,7 +102,12 @@ impl Dao<'_> {
         Ok(self
             .tx
             .prepare_cached("SELECT job_id, state FROM jobs WHERE execution_id = ?1")?
-            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_row([id], |r| {
+                Ok((
+                    unseal_some(self.keys, Col::JobId, Row::of(id.as_str()), r.get_ref(0)?)?,
+                    r.get(1)?,
+                ))
+            })
             .optional()?)
     }
 

@@ -26,29 +26,36 @@
 mod approvals;
 mod attention;
 mod codec;
+mod crypt;
 mod dao;
 mod diagnostics;
 mod error;
+mod events;
 mod executions;
 mod history;
 mod jobs;
+mod modes;
 mod operations;
+mod reseal;
 mod retention;
 pub mod schema;
 mod sessions;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
 pub use sessions::{Evidence, EvidenceKind, SessionRow};
 
+pub use crypt::LedgerKey;
 pub use dao::Dao;
 pub use diagnostics::{DbSize, StoreStats};
 pub use error::{Error, Result};
+pub use events::MoveEvent;
 pub use executions::{Fence, NewExecution, StatusFields};
+pub use modes::{private_dir, private_file};
 pub use retention::{PruneCandidate, PrunedRows, Tombstone};
 
 /// How a write must reach the disk before it returns.
@@ -89,14 +96,33 @@ enum Location {
     Memory,
 }
 
+/// Where committed status moves go (the ledger's observer).
+pub trait EventSink: Send + Sync {
+    /// Called after the commit of a write that moved executions, outside
+    /// every lock of the store.
+    fn moved(&self, events: Vec<MoveEvent>);
+}
+
 /// The SQLite store. `Send + Sync`; all access is serialised by its mutex.
-#[derive(Debug)]
 pub struct Store {
     conn: Mutex<Option<Open>>,
     location: Location,
     options: StoreOptions,
     /// `meta.ledger_id` of the database opened first (files only).
     ledger_id: Option<String>,
+    /// The ledger's keys when it is encrypted (see `crypt`).
+    keys: RwLock<Option<Arc<crypt::Keys>>>,
+    /// Who hears of committed status moves.
+    sink: RwLock<Option<Arc<dyn EventSink>>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("location", &self.location)
+            .field("encrypted", &self.is_encrypted())
+            .finish_non_exhaustive()
+    }
 }
 
 /// An open connection and the identity of the WAL file it writes to.
@@ -185,19 +211,34 @@ impl Store {
     /// [`Error::NotADatabase`] / [`Error::Corrupt`] for a bad file (never
     /// deleted), [`Error::IncompatibleVersion`] for a newer one,
     /// [`Error::CannotOpen`], [`Error::ReadOnly`], [`Error::Busy`].
-    pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
+    ///
+    /// With `key`, the ledger is encrypted (see `crypt`): a new (empty)
+    /// ledger is encrypted under it, an encrypted one must open with it.
+    /// Without, an encrypted ledger is refused. The database file is
+    /// created readable by its owner only (0600 whatever the umask), and so
+    /// are its `-wal` and `-shm`.
+    ///
+    /// # Errors
+    /// As above; [`Error::WrongKey`], [`Error::KeyRequired`],
+    /// [`Error::NotEncrypted`] (nothing written in each case).
+    pub fn open(path: &Path, options: StoreOptions, key: Option<&LedgerKey>) -> Result<Store> {
         let resolved = resolve_path(path)?;
         refuse_hard_links(&resolved)?;
+        modes::prepare_private_db(&resolved);
         let location = Location::File(resolved.clone());
         let conn =
             connect(&location, &options, true).map_err(|e| refine_cannot_open(e, &resolved))?;
+        modes::tighten_db_files(&resolved);
         let ledger_id = dao::Dao::new(&conn).ledger_id()?;
+        let keys = reseal::load_keys(&conn, ledger_id.as_deref(), key, true)?;
         let wal = file_id(&wal_path(&resolved));
         Ok(Store {
             conn: Mutex::new(Some(Open { conn, wal })),
             location,
             options,
             ledger_id,
+            keys: RwLock::new(keys.map(Arc::new)),
+            sink: RwLock::new(None),
         })
     }
 
@@ -218,16 +259,27 @@ impl Store {
     /// [`Error::IncompatibleVersion`] for a newer one, [`Error::NotADatabase`],
     /// [`Error::Corrupt`], [`Error::CannotOpen`] (also when SQLite cannot set up
     /// read-only WAL access, e.g. in a read-only directory without `-shm`).
-    pub fn open_read_only(path: &Path, options: StoreOptions) -> Result<Store> {
+    ///
+    /// An encrypted ledger needs its `key` ([`Error::KeyRequired`]); a key
+    /// given for a plain ledger is not used.
+    pub fn open_read_only(
+        path: &Path,
+        options: StoreOptions,
+        key: Option<&LedgerKey>,
+    ) -> Result<Store> {
         let path = resolve_path(path)?;
         let immutable = !wal_path(&path).exists();
         let location = Location::ReadOnlyFile { path, immutable };
         let conn = connect(&location, &options, false)?;
+        let ledger_id = dao::Dao::new(&conn).ledger_id()?;
+        let keys = reseal::load_keys(&conn, ledger_id.as_deref(), key, false)?;
         Ok(Store {
             conn: Mutex::new(Some(Open { conn, wal: None })),
             location,
             options,
             ledger_id: None,
+            keys: RwLock::new(keys.map(Arc::new)),
+            sink: RwLock::new(None),
         })
     }
 
@@ -243,7 +295,65 @@ impl Store {
             location: Location::Memory,
             options,
             ledger_id: None,
+            keys: RwLock::new(None),
+            sink: RwLock::new(None),
         })
+    }
+
+    /// True when the ledger is encrypted (values sealed, digests keyed).
+    pub fn is_encrypted(&self) -> bool {
+        self.keys.read().map(|k| k.is_some()).unwrap_or(false)
+    }
+
+    fn current_keys(&self) -> Result<Option<Arc<crypt::Keys>>> {
+        Ok(self.keys.read().map_err(|_| Error::LockPoisoned)?.clone())
+    }
+
+    /// The digest stored for `plain` (a plain SHA-256 argument digest): the
+    /// same in a plain ledger, keyed (HMAC) in an encrypted one.
+    ///
+    /// # Errors
+    /// [`Error::LockPoisoned`].
+    pub fn stored_digest(
+        &self,
+        plain: crate::model::ArgsDigest,
+    ) -> Result<crate::model::ArgsDigest> {
+        Ok(match self.current_keys()? {
+            Some(keys) => keys.keyed_digest(&plain),
+            None => plain,
+        })
+    }
+
+    /// Sets (or clears) who hears of committed status moves.
+    ///
+    /// # Errors
+    /// [`Error::LockPoisoned`].
+    pub fn set_sink(&self, sink: Option<Arc<dyn EventSink>>) -> Result<()> {
+        *self.sink.write().map_err(|_| Error::LockPoisoned)? = sink;
+        Ok(())
+    }
+
+    /// Encrypts a plain ledger under `key`, or re-keys an encrypted one
+    /// (fresh data key, same digest key), in place: every sealed column of
+    /// every row is rewritten in one IMMEDIATE transaction with
+    /// `secure_delete` on, then the WAL is checkpointed and truncated and
+    /// free pages are returned, so no earlier bytes of a value stay in the
+    /// files. The caller makes sure no other session uses the ledger.
+    ///
+    /// # Errors
+    /// Storage errors (the transaction rolls back: the ledger stays as it
+    /// was); [`Error::Busy`] from the final checkpoint (the ledger is
+    /// re-keyed, older bytes stay in the WAL until the next checkpoint).
+    pub fn reseal(&self, key: &LedgerKey) -> Result<()> {
+        let mut keys = self.keys.write().map_err(|_| Error::LockPoisoned)?;
+        let guard = self.lock()?;
+        let open = guard.as_ref().ok_or(Error::Suspended)?;
+        let ledger_id = self.ledger_id.clone().unwrap_or_default();
+        let fresh = crypt::NewKeys::make(key, &ledger_id, keys.as_deref())?;
+        reseal::reseal_all(&open.conn, keys.as_deref(), &fresh)?;
+        *keys = Some(Arc::new(fresh.keys));
+        drop(keys);
+        reseal::scrub(&open.conn, self.location == Location::Memory)
     }
 
     /// The database file's resolved path (absolute, symlinks resolved),
@@ -269,9 +379,11 @@ impl Store {
         &self,
         f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
+        let keys = self.current_keys()?;
         let guard = self.lock()?;
         let open = guard.as_ref().ok_or(Error::Suspended)?;
-        run_in_transaction(&open.conn, "BEGIN DEFERRED", f)
+        run_in_transaction(&open.conn, "BEGIN DEFERRED", keys.as_deref(), false, f)
+            .map(|(out, _)| out)
     }
 
     /// Runs `f` in an IMMEDIATE transaction; commits with the requested
@@ -287,6 +399,23 @@ impl Store {
         durability: Durability,
         f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
+        let keys = self.current_keys()?;
+        let sink = self.sink.read().map_err(|_| Error::LockPoisoned)?.clone();
+        let (out, events) = self.write_locked(durability, keys.as_deref(), sink.is_some(), f)?;
+        // Outside the store's lock: an observer may call the ledger.
+        if let (Some(sink), false) = (sink, events.is_empty()) {
+            sink.moved(events);
+        }
+        Ok(out)
+    }
+
+    fn write_locked<T, E: From<Error>>(
+        &self,
+        durability: Durability,
+        keys: Option<&crypt::Keys>,
+        observe: bool,
+        f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<(T, Vec<MoveEvent>), E> {
         let mut guard = self.lock()?;
         if self.wal_replaced(guard.as_ref().ok_or(Error::Suspended)?) {
             // Nothing of ours is lost yet (the WAL was checkpointed before it
@@ -300,7 +429,7 @@ impl Store {
             conn.pragma_update(None, "synchronous", "NORMAL")
                 .map_err(Error::from)?;
         }
-        let result = run_in_transaction(conn, "BEGIN IMMEDIATE", f);
+        let result = run_in_transaction(conn, "BEGIN IMMEDIATE", keys, observe, f);
         if durability == Durability::Lazy {
             // Restore the boundary setting even when the write failed.
             let restored = conn.pragma_update(None, "synchronous", "FULL");
@@ -339,6 +468,7 @@ impl Store {
                 if dao::Dao::new(&conn).ledger_id()? != self.ledger_id {
                     return Err(Error::DatabaseReplaced);
                 }
+                reseal::check_keys(&conn, self.current_keys()?.as_deref())?;
                 file_id(&wal_path(path))
             }
             _ => None,
@@ -451,6 +581,8 @@ impl Store {
                     location,
                     options: self.options,
                     ledger_id: None,
+                    keys: self.keys,
+                    sink: self.sink,
                 })
             }
             _ => Ok(self),
@@ -485,18 +617,22 @@ fn refine_cannot_open(err: Error, path: &Path) -> Error {
 fn run_in_transaction<T, E: From<Error>>(
     conn: &Connection,
     begin: &str,
+    keys: Option<&crypt::Keys>,
+    observe: bool,
     f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
-) -> std::result::Result<T, E> {
+) -> std::result::Result<(T, Vec<MoveEvent>), E> {
     conn.prepare_cached(begin)
         .and_then(|mut s| s.execute([]))
         .map_err(Error::from)?;
     let mut guard = RollbackGuard { conn, armed: true };
-    let out = f(&Dao::new(conn))?;
+    let dao = Dao::with_keys(conn, keys, observe);
+    let out = f(&dao)?;
     conn.prepare_cached("COMMIT")
         .and_then(|mut s| s.execute([]))
         .map_err(Error::from)?;
     guard.armed = false;
-    Ok(out)
+    let events = dao.events.map(|e| e.into_inner()).unwrap_or_default();
+    Ok((out, events))
 }
 
 /// Rolls back the open transaction when dropped armed.
@@ -592,7 +728,13 @@ fn connect(location: &Location, options: &StoreOptions, create: bool) -> Result<
     // written to the file.
     schema::refuse_newer(&conn)?;
     // Only takes effect on a new, empty file; must precede the first table.
-    conn.execute_batch("PRAGMA auto_vacuum=INCREMENTAL;")?;
+    // Set only then: on an existing file SQLite writes the setting again (a
+    // write transaction on every open), and opening must write nothing
+    // (a wrong key, a refused file).
+    let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+    if pages == 0 {
+        conn.execute_batch("PRAGMA auto_vacuum=INCREMENTAL;")?;
+    }
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
     if location != &Location::Memory && !mode.eq_ignore_ascii_case("wal") {
         return Err(Error::InvalidData(format!(
@@ -810,7 +952,7 @@ mod tests {
     #[test]
     fn lazy_writes_restore_full_synchronous() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("s.db"), StoreOptions::default()).unwrap();
+        let store = Store::open(&dir.path().join("s.db"), StoreOptions::default(), None).unwrap();
         let op = OperationId::new("op").unwrap();
         store
             .write(Durability::Lazy, |dao| {
@@ -833,7 +975,7 @@ mod tests {
     fn suspended_stores_refuse_work_until_resumed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        let store = Store::open(&path, StoreOptions::default()).unwrap();
+        let store = Store::open(&path, StoreOptions::default(), None).unwrap();
         store.suspend().unwrap();
         assert!(store.is_suspended());
         // The WAL was checkpointed and truncated: the main file holds everything.
@@ -854,14 +996,14 @@ mod tests {
     fn resume_never_creates_or_swaps_the_database() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        let store = Store::open(&path, StoreOptions::default()).unwrap();
+        let store = Store::open(&path, StoreOptions::default(), None).unwrap();
         store.suspend().unwrap();
         // Gone: resume refuses instead of creating an empty ledger.
         std::fs::rename(&path, dir.path().join("moved.db")).unwrap();
         assert!(matches!(store.resume(), Err(Error::CannotOpen)));
         assert!(!path.exists());
         // Another ledger put in its place: refused, untouched.
-        drop(Store::open(&path, StoreOptions::default()).unwrap());
+        drop(Store::open(&path, StoreOptions::default(), None).unwrap());
         assert!(matches!(store.resume(), Err(Error::DatabaseReplaced)));
         // The original back: resumes.
         std::fs::rename(dir.path().join("moved.db"), &path).unwrap();
@@ -875,7 +1017,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("a")).unwrap();
         std::os::unix::fs::symlink(dir.path().join("a"), dir.path().join("link")).unwrap();
-        let store = Store::open(&dir.path().join("link/x.db"), StoreOptions::default()).unwrap();
+        let store =
+            Store::open(&dir.path().join("link/x.db"), StoreOptions::default(), None).unwrap();
         let resolved = std::fs::canonicalize(dir.path().join("a/x.db")).unwrap();
         assert_eq!(store.path(), Some(resolved.as_path()));
     }
@@ -884,7 +1027,7 @@ mod tests {
     fn a_wal_deleted_under_the_connection_is_noticed_before_the_next_write() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        let store = Store::open(&path, StoreOptions::default()).unwrap();
+        let store = Store::open(&path, StoreOptions::default(), None).unwrap();
         let op = OperationId::new("before").unwrap();
         store
             .write(Durability::Full, |dao| {
@@ -903,7 +1046,7 @@ mod tests {
             .unwrap();
         drop(store);
         // Both writes are in the file (the second went to a fresh WAL).
-        let again = Store::open(&path, StoreOptions::default()).unwrap();
+        let again = Store::open(&path, StoreOptions::default(), None).unwrap();
         for op in [&op, &op2] {
             assert!(again
                 .read(|dao| dao.operation_status(op))

@@ -3,6 +3,8 @@
 
 use rusqlite::{params, OptionalExtension};
 
+use super::codec::unseal;
+use super::crypt::{Col, Row};
 use super::dao::Dao;
 use super::error::Result;
 use crate::model::{EvidenceEntry, ExecutionId, SessionId};
@@ -200,6 +202,12 @@ impl Dao<'_> {
     /// # Errors
     /// Storage errors.
     pub fn insert_evidence(&self, id: &ExecutionId, e: &Evidence<'_>) -> Result<()> {
+        // Bound to the execution and the attempt (an execution's evidence
+        // rows have no other identity).
+        let row = Row::with(id.as_str(), i64::from(e.attempt));
+        let result = self.seal(Col::EvidenceResult, row, e.result_json)?;
+        let external = self.seal(Col::EvidenceExternalId, row, e.external_id)?;
+        let reason = self.seal(Col::EvidenceReason, row, e.reason)?;
         self.tx
             .prepare_cached(
                 "INSERT INTO evidence (execution_id, attempt, session_id, kind, result_json,
@@ -211,9 +219,9 @@ impl Dao<'_> {
                 e.attempt,
                 e.session,
                 e.kind.as_str(),
-                e.result_json,
-                e.external_id,
-                e.reason,
+                result,
+                external,
+                reason,
                 e.item_index,
                 e.at_ms
             ])?;
@@ -230,12 +238,14 @@ impl Dao<'_> {
              WHERE execution_id = ?1 ORDER BY rowid",
         )?;
         let rows = stmt.query_map([id], |r| {
+            let attempt: u32 = r.get(0)?;
+            let row = Row::with(id.as_str(), i64::from(attempt));
             Ok(EvidenceEntry {
-                attempt: r.get(0)?,
+                attempt,
                 kind: r.get(1)?,
-                result_json: r.get(2)?,
-                external_id: r.get(3)?,
-                reason: r.get(4)?,
+                result_json: unseal(self.keys, Col::EvidenceResult, row, r.get_ref(2)?)?,
+                external_id: unseal(self.keys, Col::EvidenceExternalId, row, r.get_ref(3)?)?,
+                reason: unseal(self.keys, Col::EvidenceReason, row, r.get_ref(4)?)?,
                 item_index: r.get(5)?,
             })
         })?;

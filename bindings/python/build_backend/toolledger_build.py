@@ -12,6 +12,11 @@ and links it as `uniffi-bindgen` into a temporary directory put first on
 PATH for maturin's hooks. The generator is thus always the one built from
 the workspace's pinned uniffi, never one found elsewhere.
 
+The `uniffi-bindgen` on PATH is a small wrapper (POSIX): it runs the
+generator, then rewrites the generated module with quiet_bindings.py, so a
+tool's exception text is never printed to stderr nor sent to the library
+(UniFFI's template prints it and its traceback).
+
 Every PEP 517 hook is maturin's own, wrapped.
 """
 
@@ -34,6 +39,30 @@ WORKSPACE = Path(__file__).resolve().parents[3]
 
 def _log(message: str) -> None:
     print(f"toolledger-build: {message}", file=sys.stderr, flush=True)
+
+
+# Runs the generator, then quiets every generated module under --out-dir.
+_WRAPPER = """#!{python}
+import pathlib, subprocess, sys
+status = subprocess.run([{generator!r}, *sys.argv[1:]]).returncode
+if status:
+    sys.exit(status)
+args = sys.argv[1:]
+if "generate" in args:
+    out = None
+    for flag in ("--out-dir", "-o"):
+        if flag in args:
+            out = args[args.index(flag) + 1]
+    if out is None:
+        sys.exit("toolledger-build: uniffi-bindgen generate without --out-dir")
+    modules = list(pathlib.Path(out).rglob("toolledger.py"))
+    if not modules:
+        sys.exit("toolledger-build: no generated toolledger.py under " + out)
+    sys.path.insert(0, {quiet_dir!r})
+    import quiet_bindings
+    for module in modules:
+        quiet_bindings.quiet(str(module))
+"""
 
 
 @contextlib.contextmanager
@@ -63,13 +92,18 @@ def _generator_on_path() -> Iterator[None]:
         raise RuntimeError(f"toolledger-build: {generator} was not built")
     old_path = os.environ.get("PATH", "")
     with tempfile.TemporaryDirectory(prefix="toolledger-bindgen-") as shim:
-        link = Path(shim) / ("uniffi-bindgen" + (".exe" if os.name == "nt" else ""))
-        try:
-            link.symlink_to(generator)
-        except OSError:
-            import shutil
-
-            shutil.copy2(generator, link)
+        if os.name == "nt":
+            raise RuntimeError(
+                "toolledger-build: building the wheel on Windows is not supported "
+                "(the generated module must be rewritten by quiet_bindings.py)"
+            )
+        link = Path(shim) / "uniffi-bindgen"
+        link.write_text(_WRAPPER.format(
+            python=sys.executable,
+            generator=str(generator),
+            quiet_dir=str(Path(__file__).resolve().parent),
+        ))
+        link.chmod(0o755)
         os.environ["PATH"] = shim + os.pathsep + old_path
         try:
             yield

@@ -188,6 +188,7 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
     row("(b') Executor: execute + mark_delivered", &f.happy.executor);
     let ratio = f.happy.totals[1] as f64 / f.happy.totals[0].max(1) as f64;
     let ratio_x = f.happy.totals[2] as f64 / f.happy.totals[0].max(1) as f64;
+    let ratio_e = f.happy.totals[3] as f64 / f.happy.totals[0].max(1) as f64;
     let ratio_p50 = f.happy.ledger.quantile_us(0.5) / f.happy.floor.quantile_us(0.5).max(1e-9);
     say!(
         "  ratio b/a (total time) {ratio:.3}  (p50 {ratio_p50:.3})  target ≤ {TARGET_RATIO}  {}",
@@ -292,6 +293,16 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
     say!();
     let mut lines: Vec<(String, String)> = vec![
         ("happy_path_vs_floor_ratio".into(), format!("{ratio:.3}")),
+        // The same Ledger API on an encrypted ledger (target: within 10 % of
+        // the plain ratio).
+        (
+            "encrypted_happy_path_vs_floor_ratio".into(),
+            format!("{ratio_e:.3}"),
+        ),
+        (
+            "encrypted_happy_path_p50_us".into(),
+            format!("{:.1}", f.happy.encrypted.quantile_us(0.5)),
+        ),
         (
             "executor_happy_path_vs_floor_ratio".into(),
             format!("{ratio_x:.3}"),

@@ -85,12 +85,16 @@ pub struct HappyPath {
     pub ledger: Samples,
     /// (b') the Executor (plus `mark_delivered`).
     pub executor: Samples,
-    /// Wall time of each series, nanoseconds (the ratio uses these).
-    pub totals: [u64; 3],
+    /// (b'') the Ledger API on an encrypted ledger (values sealed, digests
+    /// keyed).
+    pub encrypted: Samples,
+    /// Wall time of each series, nanoseconds (the ratio uses these): floor,
+    /// Ledger, Executor, encrypted Ledger.
+    pub totals: [u64; 4],
 }
 
-/// Runs `batches` rounds of `calls` floor, Ledger and Executor calls, in a
-/// rotating order so that machine noise hits all three alike.
+/// Runs `batches` rounds of `calls` floor, Ledger, Executor and encrypted
+/// Ledger calls, in a rotating order so that machine noise hits all alike.
 pub fn happy_path(
     dir: &Path,
     rt: &Runtime,
@@ -99,6 +103,9 @@ pub fn happy_path(
 ) -> CliResult<(HappyPath, Arc<Ledger>)> {
     let mut floor = Floor::open(&dir.join("floor.db"))?;
     let ledger = open_ledger(&dir.join("happy.db"))?;
+    let key = toolledger::ledger::LedgerKey::generate().map_err(toolledger::ledger::Error::from)?;
+    let encrypted =
+        Ledger::open_encrypted(&dir.join("encrypted.db"), LedgerConfig::default(), &key)?;
     let executor = Executor::new(ledger.clone(), ExecutorConfig::default());
     executor
         .register(Arc::new(NoopSend {
@@ -110,12 +117,13 @@ pub fn happy_path(
         floor: Samples::default(),
         ledger: Samples::default(),
         executor: Samples::default(),
-        totals: [0; 3],
+        encrypted: Samples::default(),
+        totals: [0; 4],
     };
-    let (mut fi, mut li, mut xi) = (0u64, 0u64, 0u64);
+    let (mut fi, mut li, mut xi, mut ei) = (0u64, 0u64, 0u64, 0u64);
     for batch in 0..batches {
-        for k in 0..3 {
-            let kind = (k + batch) % 3;
+        for k in 0..4 {
+            let kind = (k + batch) % 4;
             for _ in 0..calls {
                 let ns = match kind {
                     0 => {
@@ -131,6 +139,12 @@ pub fn happy_path(
                         let ns = ledger_call(&ledger, "l", li, &result)?;
                         li += 1;
                         out.ledger.0.push(ns);
+                        ns
+                    }
+                    3 => {
+                        let ns = ledger_call(&encrypted, "e", ei, &result)?;
+                        ei += 1;
+                        out.encrypted.0.push(ns);
                         ns
                     }
                     _ => {

@@ -25,8 +25,8 @@ use super::supervisor::Options;
 use super::verify::{self, Findings};
 use super::workload::{self, Mode};
 
-/// Longest a live run may take (a bound against a hang; a run takes ~20 s
-/// alone and was seen past 180 s on a machine loaded ten deep).
+/// Longest a live run may take (a bound against a hang; both torture tests
+/// took 36 s together on a quiet machine, a live run passed 180 s at load 10).
 const RUN_MAX: Duration = Duration::from_secs(420);
 
 /// Runs live-owner runs until `opts.kills` stops were made.

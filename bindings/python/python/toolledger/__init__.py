@@ -45,11 +45,14 @@ from ._native.toolledger import (
     JobUpdate,
     LatencySummary,
     LedgerConfig,
+    LedgerEvent,
+    LedgerObserver,
     LedgerStats,
     MetricsSnapshot,
     OperationStatus,
     OperationSummary,
     Provider,
+    ReasonKind,
     RecoveryFailure,
     RecoveryFailureKind,
     Resolution,
@@ -77,7 +80,15 @@ from .errors import (
     Suspended,
     UnknownTool,
 )
-from .ledger import Executor, Ledger, ToolCall
+from .events import EventStream, LoggingObserver
+from .ledger import (
+    Executor,
+    Ledger,
+    ToolCall,
+    encrypt_ledger,
+    generate_ledger_key,
+    rotate_ledger_key,
+)
 from .outcomes import (
     CallOutcome,
     Cancelled,

@@ -25,7 +25,7 @@ import threading
 import weakref
 from typing import Any, Iterable, List, Optional
 
-from . import _driven, outcomes
+from . import _driven, events, outcomes
 from ._native import toolledger as _ffi
 from .errors import InvalidInput, LedgerClosed, translated
 from .tools import (
@@ -45,6 +45,7 @@ _timeout = getattr(asyncio, "timeout", None)
 # awaitable `a`-prefixed twin.
 _LEDGER_METHODS = (
     "session_id",
+    "is_encrypted",
     "begin_round",
     "begin",
     "approve",
@@ -121,6 +122,36 @@ def _config(cls: Any, config: Any, settings: dict) -> Any:
         raise InvalidInput(f"{cls.__name__}: {e}") from None
 
 
+def generate_ledger_key() -> bytes:
+    """A new random 32-byte key from the operating system's generator. Store
+    it where the app keeps secrets before opening a ledger with it."""
+    with translated():
+        return bytes(_ffi.generate_ledger_key())
+
+
+def encrypt_ledger(path: Any, key: bytes, config: Any = None, **settings: Any) -> None:
+    """Encrypts the plain ledger at `path` under `key`, in place (every value
+    sealed, every digest keyed). Call it once, while no other process has
+    the ledger open, then open it with `Ledger.open(path, key=key)`. Raises
+    `StorageError` (`IN_USE`, `KEY_REQUIRED` if already encrypted, ...); the
+    ledger is left as it was then."""
+    cfg = _config(_ffi.LedgerConfig, config, settings)
+    with translated():
+        _ffi.encrypt_ledger(str(path), cfg, bytes(key))
+
+
+def rotate_ledger_key(
+    path: Any, old_key: bytes, new_key: bytes, config: Any = None, **settings: Any
+) -> None:
+    """Re-keys the encrypted ledger at `path`: afterwards only `new_key`
+    opens it. Needs the ledger alone, like `encrypt_ledger`. Raises
+    `StorageError` (`WRONG_KEY` for a wrong `old_key`, ...); the ledger stays
+    under the old key then."""
+    cfg = _config(_ffi.LedgerConfig, config, settings)
+    with translated():
+        _ffi.rotate_ledger_key(str(path), cfg, bytes(old_key), bytes(new_key))
+
+
 class Ledger:
     """The durable execution ledger: one SQLite file.
 
@@ -136,21 +167,70 @@ class Ledger:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: Any, config: Any = None, **settings: Any) -> "Ledger":
-        """Opens (creating if needed) the ledger at `path` (str or path-like).
+    def open(
+        cls, path: Any, config: Any = None, *, key: Optional[bytes] = None, **settings: Any
+    ) -> "Ledger":
+        """Opens (creating if needed) the ledger at `path` (str or path-like),
+        readable by its owner only.
+
+        With `key` (32 bytes, e.g. from `generate_ledger_key()`, kept where
+        the app keeps secrets), the ledger is encrypted at rest: a new one is
+        created encrypted, an encrypted one opens only with its key. A plain
+        ledger with records is encrypted once with `encrypt_ledger`.
 
         Raises `StorageError` for a file that is not a database, a corrupt
-        file, a newer schema or an unusable path; the file is never modified
-        then.
+        file, a newer schema or an unusable path, and for a wrong or missing
+        key (`kind` `WRONG_KEY`, `KEY_REQUIRED`, `NOT_ENCRYPTED`,
+        `INVALID_KEY`); the file is never modified then.
         """
         cfg = _config(_ffi.LedgerConfig, config, settings)
         with translated():
-            return cls(_ffi.Ledger.open(str(path), cfg))
+            native = _ffi.Ledger.open(str(path), cfg, None if key is None else bytes(key))
+        return cls(native)
 
     @classmethod
-    async def aopen(cls, path: Any, config: Any = None, **settings: Any) -> "Ledger":
+    async def aopen(
+        cls, path: Any, config: Any = None, *, key: Optional[bytes] = None, **settings: Any
+    ) -> "Ledger":
         """`open` in a worker thread."""
-        return await asyncio.to_thread(cls.open, path, config, **settings)
+        return await asyncio.to_thread(functools.partial(cls.open, path, config, key=key, **settings))
+
+    def set_observer(self, observer: Any) -> None:
+        """Registers (or, with None, removes) the observer of every committed
+        status move: a `LedgerObserver` (e.g. `toolledger.events.LoggingObserver()`)
+        or a function taking a `LedgerEvent`. An event carries ids, tool,
+        statuses, attempt, elapsed time and the reason's kind, never a
+        value. It replaces the earlier `set_observer`'s; streams from
+        `events()` and `add_observer` keep hearing."""
+        with translated():
+            self.native.set_observer(None if observer is None else events.as_observer(observer))
+
+    def add_observer(self, observer: Any) -> int:
+        """Adds an observer (a `LedgerObserver` or a function taking a
+        `LedgerEvent`) beside the others; returns its token for
+        `remove_observer`. It is called on the thread that made the move,
+        after the commit: keep it short. What it raises is dropped."""
+        with translated():
+            return self.native.add_observer(events.as_observer(observer))
+
+    def remove_observer(self, token: int) -> None:
+        """Removes the observer `add_observer` returned `token` for."""
+        with translated():
+            self.native.remove_observer(token)
+
+    def events(self, *, max_buffered: int = 10_000) -> "events.EventStream":
+        """The ledger's status moves as an async iterator of `LedgerEvent`s,
+        from now until the stream is closed (`async with`, `aclose()`, or
+        leaving an `async for` early by `break` and closing it):
+
+            async with ledger.events() as stream:
+                async for event in stream:
+                    print(event)   # ids, tool, statuses, reason kind: no value
+
+        Call it inside the event loop that reads it. Events are buffered
+        until read, at most `max_buffered` (the newest beyond are dropped and
+        counted in `stream.dropped`)."""
+        return events.EventStream(self, max_buffered)
 
     @property
     def native(self) -> Any:

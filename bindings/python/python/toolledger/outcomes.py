@@ -23,11 +23,38 @@ from typing import Any, List, Optional
 from ._native import toolledger as _ffi
 
 
+def redacted_repr(obj: Any, values: Any) -> str:
+    """`Class(field=..., ...)` with the fields named in `values` shown by
+    size only: arguments, results, previews, external ids, job ids and
+    reasons may be personal data and never reach a log through `repr`."""
+    parts = []
+    for name in obj.__dataclass_fields__:
+        value = getattr(obj, name)
+        if name in values and value is not None:
+            if isinstance(value, str):
+                shown = f"<{len(value.encode())} bytes>"
+            else:
+                shown = f"<{type(value).__name__}>"
+        else:
+            shown = repr(value)
+        parts.append(f"{name}={shown}")
+    return f"{type(obj).__name__}({', '.join(parts)})"
+
+
+#: The fields of the outcomes that hold values.
+_VALUES = frozenset({"result_json", "external_id", "preview_json", "job_id", "reason"})
+
+
 class CallOutcome:
-    """Base class of the outcomes of one tool call."""
+    """Base class of the outcomes of one tool call. Printed (`repr`, `str`)
+    they show ids, tool, attempt and sizes, never a value: read values from
+    their fields."""
 
     __slots__ = ()
     execution_id: str
+
+    def __repr__(self) -> str:
+        return redacted_repr(self, _VALUES)
 
 
 def _seconds(ms: Optional[int]) -> Optional[float]:
@@ -39,6 +66,8 @@ class Completed(CallOutcome):
     """A result for the model. `replayed` is true when it is the stored
     result of an earlier run (nothing ran now); `partial` for an independent
     batch that committed only some items."""
+
+    __repr__ = CallOutcome.__repr__
 
     execution_id: str
     result_json: str
@@ -57,6 +86,8 @@ class NeedsApproval(CallOutcome):
     """The call waits for a human: show the preview, then approve exactly
     `args_digest` (`executor.approve`)."""
 
+    __repr__ = CallOutcome.__repr__
+
     execution_id: str
     tool_name: str
     args_digest: str
@@ -73,6 +104,8 @@ class Pending(CallOutcome):
     """A background job runs downstream; its result arrives later
     (`record_job_update`, `ingest_webhook`)."""
 
+    __repr__ = CallOutcome.__repr__
+
     execution_id: str
     job_id: str
 
@@ -82,6 +115,8 @@ class Unknown(CallOutcome):
     """The effect may or may not have happened. With `retry_after`, ask
     again after that many seconds; without it, resolve it
     (`resolve_unknown`, naming `attempt`)."""
+
+    __repr__ = CallOutcome.__repr__
 
     execution_id: str
     attempt: int
@@ -98,6 +133,8 @@ class Unknown(CallOutcome):
 class Failed(CallOutcome):
     """Provably not committed."""
 
+    __repr__ = CallOutcome.__repr__
+
     execution_id: str
     reason: str
     retryable: bool = False
@@ -106,6 +143,8 @@ class Failed(CallOutcome):
 @dataclass(frozen=True)
 class Conflict(CallOutcome):
     """The call id is known with different arguments; nothing ran."""
+
+    __repr__ = CallOutcome.__repr__
 
     execution_id: str
     stored_digest: str
@@ -116,6 +155,8 @@ class Conflict(CallOutcome):
 class InFlight(CallOutcome):
     """Another live session is running it (or a suspended one, whose claim
     lapses after `retry_after` seconds)."""
+
+    __repr__ = CallOutcome.__repr__
 
     execution_id: str
     retry_after_ms: Optional[int] = None
@@ -130,12 +171,16 @@ class InFlight(CallOutcome):
 class Rejected(CallOutcome):
     """A human rejected it."""
 
+    __repr__ = CallOutcome.__repr__
+
     execution_id: str
 
 
 @dataclass(frozen=True)
 class Cancelled(CallOutcome):
     """It or its operation was cancelled and it did not happen."""
+
+    __repr__ = CallOutcome.__repr__
 
     execution_id: str
 

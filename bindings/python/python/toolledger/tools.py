@@ -44,13 +44,18 @@ from typing import Any, Callable, Optional
 from . import _loop
 from ._native import toolledger as _ffi
 from .errors import NoEventLoop
+from .outcomes import redacted_repr
 
 log = logging.getLogger("toolledger")
 
 
 @dataclass(frozen=True)
 class ToolRequest:
-    """One attempt (or one lookup) of one execution."""
+    """One attempt (or one lookup) of one execution. Printed, it shows ids,
+    tool and attempt and the arguments' size only."""
+
+    def __repr__(self) -> str:
+        return redacted_repr(self, {"arguments_json", "external_id"})
 
     execution_id: str
     #: The idempotency key to send downstream (the same on every attempt).
@@ -93,6 +98,9 @@ class Committed:
     external_id: Optional[str] = None
     result_json: Optional[str] = None
 
+    def __repr__(self) -> str:
+        return redacted_repr(self, {"result", "external_id", "result_json"})
+
     def _json(self) -> str:
         if self.result_json is not None:
             return self.result_json
@@ -104,6 +112,9 @@ class JobStarted:
     """The downstream accepted a background job; its result arrives later."""
 
     job_id: str
+
+    def __repr__(self) -> str:
+        return redacted_repr(self, {"job_id"})
 
 
 class NotCommitted(Exception):
@@ -324,7 +335,7 @@ class Adapter(_ffi.ToolHandler):
             value = await self._run("lookup", ToolRequest._from_ffi(request))
         except Exception as e:  # noqa: BLE001 — a failed lookup leaves the outcome unknown
             name = self.tool._tool_name()
-            log.warning("lookup of tool %s raised %s", name, type(e).__name__, exc_info=True)
+            log.warning("lookup of tool %s raised %s", name, type(e).__name__)
             raise _ffi.ToolCallError.Tool(f"{type(e).__name__} raised by the lookup") from None
         return found_of_value(value)
 
@@ -351,8 +362,12 @@ def outcome_of_error(name: str, error: Exception) -> Any:
     raised: `NotCommitted` is a refusal; anything else "may have happened"."""
     if isinstance(error, NotCommitted):
         return _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=error.reason, retryable=error.retryable)
-    log.warning("tool %s raised %s: outcome unknown", name, type(error).__name__, exc_info=error)
-    return _ffi.PerformOutcome.UNKNOWN(reason=f"{type(error).__name__} raised by the tool")
+    # The type only: an exception's text and traceback (its frames'
+    # arguments) may hold the call's values.
+    log.warning("tool %s raised %s: outcome unknown", name, type(error).__name__)
+    # "tool error" first: the ledger classifies the reason as TOOL_ERROR
+    # (what observers and logs see), as for a ToolCallError in the callback path.
+    return _ffi.PerformOutcome.UNKNOWN(reason=f"tool error: {type(error).__name__} raised by the tool")
 
 
 def found_of_value(value: Any) -> Any:

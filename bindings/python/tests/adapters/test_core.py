@@ -76,3 +76,8 @@ def test_a_tool_that_raises_with_neither_is_unknown_and_not_retried(runtime):
     assert isinstance(unknown.value, tl.Error) and isinstance(unknown.value.outcome, tl.Unknown)
     stored = runtime.ledger.get(unknown.value.execution_id)
     assert stored.status == tl.ExecutionStatus.OUTCOME_UNKNOWN
+    # Recorded as a tool error (an observer sees reason kind TOOL_ERROR),
+    # with the exception's type and never its text.
+    assert stored.last_reason.startswith("tool error")
+    assert "ConnectionResetError" in stored.last_reason
+    assert "after the request left" not in stored.last_reason

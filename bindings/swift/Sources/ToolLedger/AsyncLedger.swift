@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 
 /// The `Ledger`'s methods as `async` functions that run on a dispatch queue
 /// of their own, never on the caller's thread or actor (the main actor
@@ -32,12 +33,15 @@ public struct AsyncLedger: Sendable {
         self.queue = queue
     }
 
-    /// Opens (creating if needed) the ledger at `path`, off the caller's thread.
+    /// Opens (creating if needed) the ledger at `path`, off the caller's
+    /// thread. With `key` (32 bytes the app keeps in the Keychain, see
+    /// docs/design.md) it is encrypted at rest; a wrong key is
+    /// `LedgerError.Storage` (`.wrongKey`) and changes nothing.
     public static func open(
-        path: String, config: LedgerConfig = LedgerConfig(),
+        path: String, config: LedgerConfig = LedgerConfig(), key: Data? = nil,
         queue: DispatchQueue = AsyncLedger.defaultQueue
     ) async throws -> AsyncLedger {
-        let ledger = try await onQueue(queue) { try Ledger.open(path: path, config: config) }
+        let ledger = try await onQueue(queue) { try Ledger.open(path: path, config: config, key: key) }
         return AsyncLedger(ledger, queue: queue)
     }
 

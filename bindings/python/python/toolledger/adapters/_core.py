@@ -221,7 +221,9 @@ def _raised(name: str, e: BaseException) -> Any:
     if isinstance(e, tl.NotCommitted):
         return _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=e.reason, retryable=e.retryable)
     log.warning("tool %s raised %s: outcome unknown", name, type(e).__name__)
-    return _ffi.PerformOutcome.UNKNOWN(reason=f"{type(e).__name__} raised by the tool")
+    # Its type only, after "tool error": recorded unknown with reason kind
+    # TOOL_ERROR, which observers and logs see.
+    return _ffi.PerformOutcome.UNKNOWN(reason=f"tool error: {type(e).__name__} raised by the tool")
 
 
 def _found(value: Any) -> Any:

@@ -44,6 +44,7 @@ from typing import Any, Awaitable, Callable, Optional
 from mcp import ClientSession
 from mcp.types import CallToolResult
 
+from ..outcomes import redacted_repr
 from ._core import Downstream, LedgerRuntime, ToolSpec, current_call  # noqa: F401
 
 TESTED_VERSIONS = {"mcp": "2.3.0"}
@@ -54,7 +55,11 @@ META_IDEMPOTENCY_KEY = "io.toolledger/idempotency-key"
 
 @dataclass(frozen=True)
 class LedgerToolResult:
-    """What :meth:`MCPLedger.call_tool` returns."""
+    """What :meth:`MCPLedger.call_tool` returns. Printed, it shows the ids
+    and flags, not the tool's result (read it from ``result``)."""
+
+    def __repr__(self) -> str:
+        return redacted_repr(self, {"result"})
 
     result: CallToolResult
     execution_id: str

@@ -6,6 +6,7 @@ import dev.toolledger.CancelOutcome
 import dev.toolledger.Execution
 import dev.toolledger.Ledger
 import dev.toolledger.LedgerConfig
+import dev.toolledger.LedgerEvent
 import dev.toolledger.LedgerStats
 import dev.toolledger.OperationStatus
 import dev.toolledger.OperationSummary
@@ -16,6 +17,7 @@ import dev.toolledger.Ticket
 import dev.toolledger.TransitionEntry
 import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.withContext
 
 /**
@@ -32,9 +34,8 @@ import kotlinx.coroutines.withContext
  *
  * Open one per database file per process and [close] it when the app no
  * longer needs it (it closes the underlying [Ledger]; an [Executor] over it
- * keeps the library's ledger alive until it is closed too). There is no
- * event stream (a `Flow` of ledger events): the library exposes no event
- * source yet.
+ * keeps the library's ledger alive until it is closed too). [events] is
+ * the ledger's status moves as a `Flow` (no values in them).
  */
 class SuspendLedger @JvmOverloads constructor(
     /** The generated ledger underneath, for what this class does not wrap. */
@@ -42,14 +43,27 @@ class SuspendLedger @JvmOverloads constructor(
     private val dispatcher: CoroutineDispatcher = Dispatchers.IO,
 ) : AutoCloseable {
     companion object {
-        /** Opens (creating if needed) the ledger at [path], on [dispatcher]. */
+        /**
+         * Opens (creating if needed) the ledger at [path], on [dispatcher].
+         * With [key] (32 bytes the app keeps in the Android Keystore, see
+         * docs/design.md) the ledger is encrypted at rest; a wrong key is
+         * `LedgerException.Storage` (`WRONG_KEY`) and changes nothing.
+         */
         @JvmStatic
         suspend fun open(
             path: String,
             config: LedgerConfig = ledgerConfig(),
             dispatcher: CoroutineDispatcher = Dispatchers.IO,
-        ): SuspendLedger = withContext(dispatcher) { SuspendLedger(Ledger.open(path, config), dispatcher) }
+            key: ByteArray? = null,
+        ): SuspendLedger = withContext(dispatcher) { SuspendLedger(Ledger.open(path, config, key), dispatcher) }
     }
+
+    /** The ledger's status moves as a `Flow` (see [Ledger.events]). */
+    @JvmOverloads
+    fun events(capacity: Int = 10_000): Flow<LedgerEvent> = ledger.events(capacity)
+
+    /** True when the ledger is encrypted at rest. */
+    val isEncrypted: Boolean get() = ledger.isEncrypted()
 
     private suspend fun <T> io(block: () -> T): T = withContext(dispatcher) { block() }
 
