@@ -13,7 +13,7 @@ use super::answers::{ApprovalRequest, AttemptId, Begin, CallSpec, StoredResult, 
 use super::decide::{decide, Decision, Facts};
 use super::owners::Liveness;
 use super::retention;
-use super::{Error, Ledger, Result, SWEEP_EVERY};
+use super::{CommitSync, Error, Ledger, Result, SWEEP_EVERY};
 use crate::model::{
     digest_with, ArgsDigest, CanonicalArgs, DigestScheme, ExecutionId, ExecutionIdParts,
     ExecutionRecord, ExecutionStatus, Monotonic, Move, OperationId, OperationStatus, Transition,
@@ -212,7 +212,7 @@ impl Ledger {
         let now = self.now();
         let mono = self.clock.monotonic();
         let sweep = self.sweep_due(calls.len());
-        self.write(Durability::Full, |dao| {
+        let out = self.write(Durability::Full, |dao| {
             if sweep {
                 // Rides in this transaction: a few rows flagged at most.
                 dao.sweep_attention(i64::from(SWEEP_EVERY))?;
@@ -251,7 +251,18 @@ impl Ledger {
                 })
                 .collect::<Result<Vec<_>>>()?;
             Ok((answers, marked))
-        })
+        })?;
+        // The policy, per call: the attempts whose commit may be deferred.
+        for (p, answer) in calls.iter().zip(&out.0) {
+            if let Begin::Execute(ticket) = answer {
+                if self.config.deferred_commits.commit_sync(&p.spec.downstream)
+                    == CommitSync::Deferred
+                {
+                    self.remember_deferrable(ticket.attempt_id());
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn insert_new(

@@ -14,7 +14,7 @@
 //! writable file.
 
 use std::collections::VecDeque;
-use std::sync::MutexGuard;
+use std::sync::{Arc, MutexGuard};
 
 use super::{Error, Ledger, Result};
 use crate::model::{
@@ -28,11 +28,26 @@ use crate::store::{Dao, Durability, StatusFields, Store, StoreStats};
 /// reads) and [`Ledger::write`] (which writes them first): no other part of
 /// the ledger can read around the queue.
 #[derive(Debug)]
-pub(super) struct GuardedStore(Store);
+pub(super) struct GuardedStore(Arc<Store>);
 
 impl GuardedStore {
     pub(super) fn new(store: Store) -> GuardedStore {
-        GuardedStore(store)
+        GuardedStore(Arc::new(store))
+    }
+
+    /// See `Store::sync`.
+    pub(super) fn sync(&self) -> crate::store::Result<()> {
+        self.0.sync()
+    }
+
+    /// See `Store::sync_deferred`.
+    pub(super) fn sync_deferred(&self) -> crate::store::Result<bool> {
+        self.0.sync_deferred()
+    }
+
+    /// See `Store::has_unsynced`.
+    pub(super) fn has_unsynced(&self) -> bool {
+        self.0.has_unsynced()
     }
 
     /// The database file's resolved path (`None` in memory).
@@ -292,6 +307,9 @@ impl Ledger {
         });
         if out.is_err() && !taken.is_empty() {
             self.deliveries_lock().queued.append(&mut taken);
+        }
+        if out.is_ok() && durability == Durability::Deferred {
+            self.flusher.arm(&self.store.0);
         }
         out
     }

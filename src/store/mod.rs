@@ -7,11 +7,16 @@
 //! returns `Ok` and rolls back on every other path. No transaction or read
 //! snapshot stays open between calls, which is what mobile suspension needs.
 //!
-//! Durability: the database runs in WAL mode with `synchronous=FULL`, so each
-//! [`Durability::Full`] write costs exactly one fsync of the WAL at commit.
-//! [`Durability::Lazy`] writes (delivery marks) switch to `synchronous=NORMAL`
-//! for that one transaction: no fsync, made durable by the next full write or
-//! checkpoint. Losing a lazy write only causes a harmless replay.
+//! Durability: the database runs in WAL mode. A [`Durability::Full`] write
+//! commits under `synchronous=FULL`, so it costs exactly one fsync of the WAL
+//! at commit. [`Durability::Lazy`] and [`Durability::Deferred`] writes commit
+//! under `synchronous=NORMAL`: their frames reach the OS at commit (a killed
+//! process loses nothing) but are synced only by the next full write, a
+//! checkpoint or [`Store::sync`] (a power cut may lose them, never tear the
+//! database). Losing a lazy write only causes a harmless replay; a deferred
+//! one is a commit the ledger makes durable within a deadline
+//! ([`Store::sync_deferred`]). The setting is switched only when the next
+//! write needs the other one, by cached statements.
 //!
 //! Identity: the path is resolved once at open (absolute, symlinks resolved);
 //! every reconnect uses that path, never creates a file and checks that it
@@ -54,10 +59,15 @@ pub use retention::{PruneCandidate, PrunedRows, Tombstone};
 /// How a write must reach the disk before it returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
-    /// fsync before returning (commit boundaries: intent, commit).
+    /// fsync before returning (the intent; commits that must not be lost).
     Full,
-    /// No fsync; durable with the next full write or checkpoint.
+    /// No fsync; durable with the next full write or checkpoint, with no
+    /// deadline (delivery marks, recovery marks: losing them is harmless).
     Lazy,
+    /// No fsync now; the caller makes it durable within a deadline
+    /// ([`Store::sync_deferred`]) unless a full write, a checkpoint or
+    /// [`Store::sync`] does first (commits whose loss reconciliation repairs).
+    Deferred,
 }
 
 /// Options for opening a store.
@@ -65,12 +75,16 @@ pub enum Durability {
 pub struct StoreOptions {
     /// How long a writer waits for another connection's lock.
     pub busy_timeout: Duration,
+    /// The registered SQLite VFS to open files through (`None`: the
+    /// default one).
+    pub vfs: Option<String>,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             busy_timeout: Duration::from_secs(5),
+            vfs: None,
         }
     }
 }
@@ -104,6 +118,94 @@ pub struct Store {
 struct Open {
     conn: Connection,
     wal: Option<FileId>,
+    /// The `synchronous` setting in force on `conn` (FULL when opened).
+    normal: bool,
+    /// A deferred write committed since the WAL was last synced.
+    unsynced: bool,
+}
+
+impl Open {
+    fn new(conn: Connection, wal: Option<FileId>) -> Open {
+        Open {
+            conn,
+            wal,
+            normal: false,
+            unsynced: false,
+        }
+    }
+
+    /// Switches `synchronous` between FULL and NORMAL when the next write
+    /// needs the other one (outside a transaction: SQLite refuses inside).
+    fn set_normal(&mut self, normal: bool) -> Result<()> {
+        if self.normal != normal {
+            let sql = if normal {
+                "PRAGMA synchronous=NORMAL"
+            } else {
+                "PRAGMA synchronous=FULL"
+            };
+            self.conn.prepare_cached(sql)?.execute([])?;
+            self.normal = normal;
+        }
+        Ok(())
+    }
+
+    /// Syncs the WAL when a deferred write is not durable yet.
+    fn sync_unsynced(&mut self) -> Result<bool> {
+        if !self.unsynced {
+            return Ok(false);
+        }
+        sync_wal(&self.conn)?;
+        self.unsynced = false;
+        Ok(true)
+    }
+}
+
+/// Syncs the connection's WAL file through SQLite's own file handle (so a
+/// VFS sees it, and `PRAGMA fullfsync` decides between `fsync` and Apple's
+/// `F_FULLFSYNC` exactly as for a commit). Every frame written to the WAL
+/// before it, by any connection, is durable after it. A connection with no
+/// WAL open has nothing to sync.
+fn sync_wal(conn: &Connection) -> Result<()> {
+    use rusqlite::ffi;
+    let full: i64 = conn
+        .prepare_cached("PRAGMA fullfsync")?
+        .query_row([], |r| r.get(0))?;
+    let flags = if full != 0 {
+        ffi::SQLITE_SYNC_FULL
+    } else {
+        ffi::SQLITE_SYNC_NORMAL
+    };
+    let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
+    // SAFETY: `conn` is open and used only under the store's mutex (this
+    // call holds it), so the handle and the file it owns stay valid for the
+    // duration; SQLITE_FCNTL_JOURNAL_POINTER writes one `sqlite3_file*`
+    // into `file`, which is a correctly typed out-pointer.
+    let rc = unsafe {
+        ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            ffi::SQLITE_FCNTL_JOURNAL_POINTER,
+            (&mut file as *mut *mut ffi::sqlite3_file).cast(),
+        )
+    };
+    if rc != ffi::SQLITE_OK {
+        return Err(rusqlite::Error::SqliteFailure(ffi::Error::new(rc), None).into());
+    }
+    // SAFETY: a non-null file returned by SQLite is open (its methods are
+    // set) or not (methods null) and stays so while we hold the connection.
+    let rc = unsafe {
+        match file.as_ref().and_then(|f| f.pMethods.as_ref()) {
+            Some(methods) => match methods.xSync {
+                Some(x_sync) => x_sync(file, flags),
+                None => ffi::SQLITE_OK,
+            },
+            None => ffi::SQLITE_OK,
+        }
+    };
+    if rc != ffi::SQLITE_OK {
+        return Err(rusqlite::Error::SqliteFailure(ffi::Error::new(rc), None).into());
+    }
+    Ok(())
 }
 
 /// Device and inode of a file (unix), to notice a file replaced under us.
@@ -194,7 +296,7 @@ impl Store {
         let ledger_id = dao::Dao::new(&conn).ledger_id()?;
         let wal = file_id(&wal_path(&resolved));
         Ok(Store {
-            conn: Mutex::new(Some(Open { conn, wal })),
+            conn: Mutex::new(Some(Open::new(conn, wal))),
             location,
             options,
             ledger_id,
@@ -224,7 +326,7 @@ impl Store {
         let location = Location::ReadOnlyFile { path, immutable };
         let conn = connect(&location, &options, false)?;
         Ok(Store {
-            conn: Mutex::new(Some(Open { conn, wal: None })),
+            conn: Mutex::new(Some(Open::new(conn, None))),
             location,
             options,
             ledger_id: None,
@@ -239,7 +341,7 @@ impl Store {
         let options = StoreOptions::default();
         let conn = connect(&Location::Memory, &options, true)?;
         Ok(Store {
-            conn: Mutex::new(Some(Open { conn, wal: None })),
+            conn: Mutex::new(Some(Open::new(conn, None))),
             location: Location::Memory,
             options,
             ledger_id: None,
@@ -295,17 +397,14 @@ impl Store {
             *guard = Some(fresh);
         }
         let open = guard.as_mut().ok_or(Error::Suspended)?;
-        let conn = &mut open.conn;
-        if durability == Durability::Lazy {
-            conn.pragma_update(None, "synchronous", "NORMAL")
-                .map_err(Error::from)?;
-        }
-        let result = run_in_transaction(conn, "BEGIN IMMEDIATE", f);
-        if durability == Durability::Lazy {
-            // Restore the boundary setting even when the write failed.
-            let restored = conn.pragma_update(None, "synchronous", "FULL");
-            if let (Ok(_), Err(e)) = (&result, restored) {
-                return Err(Error::from(e).into());
+        open.set_normal(durability != Durability::Full)?;
+        let result = run_in_transaction(&open.conn, "BEGIN IMMEDIATE", f);
+        if result.is_ok() {
+            match durability {
+                // Its sync covered every frame written before it.
+                Durability::Full => open.unsynced = false,
+                Durability::Deferred => open.unsynced = true,
+                Durability::Lazy => {}
             }
         }
         if result.is_ok() && self.wal_replaced(open) {
@@ -317,6 +416,39 @@ impl Store {
             return Err(Error::ForeignConnection.into());
         }
         result
+    }
+
+    /// Makes every write committed so far durable now: one sync of the WAL
+    /// (also when nothing is pending: this is the explicit request).
+    ///
+    /// # Errors
+    /// Storage errors of the sync; [`Error::Suspended`].
+    pub fn sync(&self) -> Result<()> {
+        let mut guard = self.lock()?;
+        let open = guard.as_mut().ok_or(Error::Suspended)?;
+        sync_wal(&open.conn)?;
+        open.unsynced = false;
+        Ok(())
+    }
+
+    /// Makes the deferred writes durable if one is still not (one sync of
+    /// the WAL then, none otherwise). True when it synced.
+    ///
+    /// # Errors
+    /// Storage errors of the sync; [`Error::Suspended`] (a suspended store
+    /// synced when it was suspended).
+    pub fn sync_deferred(&self) -> Result<bool> {
+        let mut guard = self.lock()?;
+        let open = guard.as_mut().ok_or(Error::Suspended)?;
+        open.sync_unsynced()
+    }
+
+    /// True while a deferred write is not durable yet.
+    pub fn has_unsynced(&self) -> bool {
+        self.conn
+            .lock()
+            .map(|g| g.as_ref().is_some_and(|o| o.unsynced))
+            .unwrap_or(false)
     }
 
     /// True when the `-wal` file on disk is not the one `open` writes to.
@@ -343,7 +475,7 @@ impl Store {
             }
             _ => None,
         };
-        Ok(Open { conn, wal })
+        Ok(Open::new(conn, wal))
     }
 
     /// Copies the whole WAL into the main file and truncates the WAL (after
@@ -353,8 +485,12 @@ impl Store {
     /// Storage errors; [`Error::Busy`] when another connection's reader or
     /// writer keeps the checkpoint from completing.
     pub fn checkpoint(&self) -> Result<()> {
-        let guard = self.lock()?;
-        let conn = &guard.as_ref().ok_or(Error::Suspended)?.conn;
+        let mut guard = self.lock()?;
+        let open = guard.as_mut().ok_or(Error::Suspended)?;
+        // The checkpoint syncs the WAL only when it can copy frames; a
+        // deferred write must be durable whatever other connections hold.
+        open.sync_unsynced()?;
+        let conn = &open.conn;
         let (busy, _, _): (i64, i64, i64) =
             conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
@@ -375,9 +511,12 @@ impl Store {
     /// suspended all the same.
     pub fn suspend(&self) -> Result<()> {
         let mut guard = self.lock()?;
-        let Some(open) = guard.take() else {
+        let Some(mut open) = guard.take() else {
             return Ok(());
         };
+        // Deferred writes are durable before the app may be frozen, even
+        // when the checkpoint cannot copy every frame.
+        let synced = open.sync_unsynced().map(|_| ());
         let checkpoint = open
             .conn
             .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
@@ -388,7 +527,7 @@ impl Store {
             drop(conn);
             Error::from(e)
         });
-        checkpoint.and(closed)
+        synced.and(checkpoint).and(closed)
     }
 
     /// Closes the connection at once, with no checkpoint, as a killed
@@ -447,7 +586,7 @@ impl Store {
                 };
                 let conn = connect(&location, &self.options, false)?;
                 Ok(Store {
-                    conn: Mutex::new(Some(Open { conn, wal: None })),
+                    conn: Mutex::new(Some(Open::new(conn, None))),
                     location,
                     options: self.options,
                     ledger_id: None,
@@ -580,7 +719,10 @@ fn connect(location: &Location, options: &StoreOptions, create: bool) -> Result<
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
     let mut conn = match location {
-        Location::File(path) => Connection::open_with_flags(path, flags)?,
+        Location::File(path) => match &options.vfs {
+            Some(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs.as_str())?,
+            None => Connection::open_with_flags(path, flags)?,
+        },
         Location::ReadOnlyFile { path, immutable } => {
             return connect_read_only(path, *immutable, options)
         }
@@ -788,25 +930,59 @@ mod tests {
     }
 
     #[test]
-    fn lazy_writes_restore_full_synchronous() {
+    fn each_write_commits_under_the_synchronous_setting_it_asks_for() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("s.db"), StoreOptions::default()).unwrap();
         let op = OperationId::new("op").unwrap();
-        store
-            .write(Durability::Lazy, |dao| {
-                dao.ensure_operation(&op, 1).map(|_| ())
-            })
-            .unwrap();
+        let setting = |durability| {
+            store
+                .write(durability, |dao| {
+                    dao.ensure_operation(&op, 1)?;
+                    dao.tx
+                        .query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))
+                        .map_err(Error::from)
+                })
+                .unwrap()
+        };
+        // NORMAL (1) for lazy and deferred writes, FULL (2) for full ones,
+        // whatever came before.
+        assert_eq!(setting(Durability::Lazy), 1);
+        assert_eq!(setting(Durability::Full), 2);
+        assert_eq!(setting(Durability::Deferred), 1);
+        assert!(store.has_unsynced());
+        assert_eq!(setting(Durability::Lazy), 1);
+        assert!(store.has_unsynced(), "a lazy write does not sync");
+        assert_eq!(setting(Durability::Full), 2);
+        assert!(!store.has_unsynced(), "a full write syncs what came before");
         let guard = store.lock().unwrap();
         let conn = &guard.as_ref().unwrap().conn;
-        let sync: i64 = conn
-            .query_row("PRAGMA synchronous", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(sync, 2, "FULL");
         let fk: i64 = conn
             .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
             .unwrap();
         assert_eq!(fk, 1);
+    }
+
+    #[test]
+    fn a_deferred_write_is_synced_once_by_sync_deferred_and_by_suspend() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db"), StoreOptions::default()).unwrap();
+        let op = OperationId::new("op").unwrap();
+        let deferred = || {
+            store
+                .write(Durability::Deferred, |dao| {
+                    dao.ensure_operation(&op, 1).map(|_| ())
+                })
+                .unwrap()
+        };
+        assert!(!store.sync_deferred().unwrap(), "nothing pending");
+        deferred();
+        assert!(store.sync_deferred().unwrap());
+        assert!(!store.sync_deferred().unwrap(), "synced once");
+        deferred();
+        store.suspend().unwrap();
+        store.resume().unwrap();
+        assert!(!store.has_unsynced());
+        store.sync().unwrap();
     }
 
     #[test]
