@@ -3,6 +3,7 @@
 #![allow(dead_code, missing_docs)]
 
 pub mod downstream;
+pub mod power_vfs;
 
 use std::path::Path;
 use std::sync::Arc;
