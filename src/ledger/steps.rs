@@ -13,7 +13,7 @@ use super::answers::{AttemptId, CancelOutcome, Resolution, Resolved, StoredResul
 use super::{CommitSync, Error, Ledger, Result};
 use crate::model::canonical::canonicalize;
 use crate::model::{
-    ArgsDigest, ExecutionId, ExecutionRecord, ExecutionStatus, Monotonic, OperationId,
+    ArgsDigest, ExecutionId, ExecutionRecord, ExecutionStatus, Monotonic, Move, OperationId,
     OperationStatus, Transition,
 };
 use crate::store::{Dao, Durability, Evidence, EvidenceKind, StatusFields};
@@ -304,6 +304,34 @@ impl Ledger {
         };
         let now = self.now();
         let stored = self.write(durability, |dao| {
+            // The usual case in one statement: this session's running
+            // attempt commits (the general path below explains every other).
+            let mv = Move::check(ExecutionStatus::Executing, Transition::Commit)
+                .map_err(|e| Error::transition(&attempt.execution_id, e))?;
+            if let Some((stored_external, op_status)) = dao.commit_running(
+                &attempt.execution_id,
+                mv,
+                attempt.attempt,
+                self.session_id(),
+                result_json,
+                external_id,
+                now,
+            )? {
+                if op_status == Some(OperationStatus::Cancelled) {
+                    let rec = load(dao, &attempt.execution_id)?;
+                    dao.set_operation_status(
+                        &rec.operation_id,
+                        OperationStatus::CancelledAfterSideEffect,
+                        now,
+                    )?;
+                }
+                return Ok(Fenced::Done(StoredResult {
+                    execution_id: attempt.execution_id.clone(),
+                    result_json: result_json.to_owned(),
+                    external_id: stored_external,
+                    partial: false,
+                }));
+            }
             let rec = load(dao, &attempt.execution_id)?;
             let carried = Carried {
                 result_json: Some(result_json),

@@ -19,4 +19,10 @@ impl<'a> Dao<'a> {
     pub(super) fn new(tx: &'a Connection) -> Dao<'a> {
         Dao { tx }
     }
+
+    /// Rows changed by this connection so far (to tell whether a
+    /// transaction wrote anything).
+    pub fn total_changes(&self) -> u64 {
+        self.tx.total_changes()
+    }
 }

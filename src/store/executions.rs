@@ -12,7 +12,7 @@ use super::error::{Error, Result};
 use super::history::{history_line, parse_history, LogLine};
 use crate::model::{
     ArgsDigest, DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus, Monotonic, Move,
-    OperationId, Provider, SessionId, TransitionEntry,
+    OperationId, OperationStatus, Provider, SessionId, TransitionEntry,
 };
 
 /// A new execution row, written by `begin`.
@@ -253,6 +253,73 @@ impl Dao<'_> {
             fence.and_then(|f| f.session),
         ])?;
         Ok(changed != 0)
+    }
+
+    /// The happy commit of a running attempt, in one statement:
+    /// `executing -> committed` for attempt `attempt` owned by `owner`,
+    /// storing the result, keeping a known external id (a different one is
+    /// not this path's to refuse), and logging the move. Returns the
+    /// external id now stored and the operation's status, or `None` when the
+    /// row is not so (nothing changed: the caller takes the general path,
+    /// which explains why).
+    ///
+    /// # Errors
+    /// Storage errors, or [`Error::Guard`] if the schema refuses the move.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_running(
+        &self,
+        id: &ExecutionId,
+        mv: Move,
+        attempt: u32,
+        owner: &SessionId,
+        result_json: &str,
+        external_id: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Option<(Option<String>, Option<OperationStatus>)>> {
+        if mv.from() != ExecutionStatus::Executing || mv.to() != ExecutionStatus::Committed {
+            return Ok(None);
+        }
+        let line = history_line(&LogLine {
+            at_ms: now_ms,
+            transition: mv.transition().as_str(),
+            from: Some(mv.from()),
+            to: mv.to(),
+            attempt,
+            session: owner,
+            reason: None,
+        });
+        let changed = self
+            .tx
+            .prepare_cached(
+                "UPDATE executions SET status = 'committed', updated_ms = ?3,
+                    unknown_since_ms = NULL, unknown_boot = NULL, result_json = ?4,
+                    external_id = COALESCE(?5, external_id), history = history || ?6
+                 WHERE execution_id = ?1 AND status = 'executing' AND attempt_count = ?2
+                   AND owner_session = ?7
+                   AND (?5 IS NULL OR external_id IS NULL OR external_id = ?5)",
+            )?
+            .execute(params![
+                id,
+                attempt,
+                now_ms,
+                result_json,
+                external_id,
+                line,
+                owner
+            ])?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        // (A RETURNING clause costs more than this read of a page just written.)
+        Ok(self
+            .tx
+            .prepare_cached(
+                "SELECT external_id, (SELECT o.status FROM operations o
+                                      WHERE o.operation_id = e.operation_id)
+                 FROM executions e WHERE execution_id = ?1",
+            )?
+            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
     }
 
     /// Appends a log line that is not a status move (evidence of a stale

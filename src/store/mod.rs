@@ -68,6 +68,13 @@ pub enum Durability {
     /// ([`Store::sync_deferred`]) unless a full write, a checkpoint or
     /// [`Store::sync`] does first (commits whose loss reconciliation repairs).
     Deferred,
+    /// Durable before returning, like [`Durability::Full`], but committed
+    /// under `synchronous=NORMAL` and then synced (one sync of the WAL): other
+    /// connections may see the write a moment before it is durable. For
+    /// writes whose early sight hands nobody a result (the intent: another
+    /// session seeing an `executing` row answers `InFlight`), it spares the
+    /// switch of `synchronous` that a call would otherwise pay twice.
+    Synced,
 }
 
 /// Options for opening a store.
@@ -122,6 +129,8 @@ struct Open {
     normal: bool,
     /// A deferred write committed since the WAL was last synced.
     unsynced: bool,
+    /// `PRAGMA fullfsync`, read at the first explicit sync.
+    fullfsync: Option<bool>,
 }
 
 impl Open {
@@ -131,6 +140,7 @@ impl Open {
             wal,
             normal: false,
             unsynced: false,
+            fullfsync: None,
         }
     }
 
@@ -154,23 +164,34 @@ impl Open {
         if !self.unsynced {
             return Ok(false);
         }
-        sync_wal(&self.conn)?;
-        self.unsynced = false;
+        self.sync_wal()?;
         Ok(true)
+    }
+
+    /// Syncs the WAL now (see [`sync_wal`]).
+    fn sync_wal(&mut self) -> Result<()> {
+        let full = match self.fullfsync {
+            Some(full) => full,
+            None => {
+                let full: i64 = self.conn.query_row("PRAGMA fullfsync", [], |r| r.get(0))?;
+                self.fullfsync = Some(full != 0);
+                full != 0
+            }
+        };
+        sync_wal(&self.conn, full)?;
+        self.unsynced = false;
+        Ok(())
     }
 }
 
 /// Syncs the connection's WAL file through SQLite's own file handle (so a
-/// VFS sees it, and `PRAGMA fullfsync` decides between `fsync` and Apple's
-/// `F_FULLFSYNC` exactly as for a commit). Every frame written to the WAL
-/// before it, by any connection, is durable after it. A connection with no
-/// WAL open has nothing to sync.
-fn sync_wal(conn: &Connection) -> Result<()> {
+/// VFS sees it), with `F_FULLFSYNC` on Apple when `full` (`PRAGMA
+/// fullfsync`), exactly as SQLite syncs a commit. Every frame written to the
+/// WAL before it, by any connection, is durable after it. A connection with
+/// no WAL open has nothing to sync.
+fn sync_wal(conn: &Connection, full: bool) -> Result<()> {
     use rusqlite::ffi;
-    let full: i64 = conn
-        .prepare_cached("PRAGMA fullfsync")?
-        .query_row([], |r| r.get(0))?;
-    let flags = if full != 0 {
+    let flags = if full {
         ffi::SQLITE_SYNC_FULL
     } else {
         ffi::SQLITE_SYNC_NORMAL
@@ -396,13 +417,74 @@ impl Store {
             let fresh = self.reconnect()?;
             *guard = Some(fresh);
         }
+        self.write_in(&mut guard, durability, true, |dao| {
+            f(dao).map(|t| (t, true))
+        })?
+        .ok_or_else(|| Error::Busy.into())
+    }
+
+    /// [`Store::write`] only if the write lock is free at once: `Ok(None)`
+    /// when another connection holds it or the file cannot be written (the
+    /// caller then takes a path that needs no write lock). `f` also says
+    /// whether it wrote anything; a transaction that wrote nothing commits
+    /// with no sync of any kind (it only answered from what is stored).
+    ///
+    /// # Errors
+    /// As [`Store::write`].
+    pub fn write_now<T, E: From<Error>>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&Dao<'_>) -> std::result::Result<(T, bool), E>,
+    ) -> std::result::Result<Option<T>, E> {
+        let mut guard = self.lock()?;
+        if self.wal_replaced(guard.as_ref().ok_or(Error::Suspended)?) {
+            let fresh = self.reconnect()?;
+            *guard = Some(fresh);
+        }
+        self.write_in(&mut guard, durability, false, f)
+    }
+
+    /// One write transaction on the open connection. With `wait` false the
+    /// write lock is only taken if free at once (`Ok(None)` otherwise).
+    fn write_in<T, E: From<Error>>(
+        &self,
+        guard: &mut MutexGuard<'_, Option<Open>>,
+        durability: Durability,
+        wait: bool,
+        f: impl FnOnce(&Dao<'_>) -> std::result::Result<(T, bool), E>,
+    ) -> std::result::Result<Option<T>, E> {
         let open = guard.as_mut().ok_or(Error::Suspended)?;
         open.set_normal(durability != Durability::Full)?;
-        let result = run_in_transaction(&open.conn, "BEGIN IMMEDIATE", f);
-        if result.is_ok() {
+        if !wait {
+            open.conn
+                .busy_timeout(Duration::ZERO)
+                .map_err(Error::from)?;
+        }
+        let begun = open
+            .conn
+            .prepare_cached("BEGIN IMMEDIATE")
+            .and_then(|mut s| s.execute([]))
+            .map_err(Error::from);
+        if !wait {
+            if let Err(e) = set_busy_timeout(&open.conn, &self.options) {
+                // Leave no transaction open behind an error.
+                if begun.is_ok() {
+                    let _ = open.conn.execute_batch("ROLLBACK");
+                }
+                return Err(e.into());
+            }
+        }
+        match begun {
+            Err(Error::Busy | Error::ReadOnly | Error::CannotOpen) if !wait => return Ok(None),
+            Err(e) => return Err(e.into()),
+            Ok(_) => {}
+        }
+        let result = run_begun(&open.conn, f);
+        if let Ok((_, true)) = &result {
             match durability {
                 // Its sync covered every frame written before it.
                 Durability::Full => open.unsynced = false,
+                Durability::Synced => open.sync_wal()?,
                 Durability::Deferred => open.unsynced = true,
                 Durability::Lazy => {}
             }
@@ -411,11 +493,11 @@ impl Store {
             // The commit went to a deleted WAL. Reopen (keeping the broken
             // connection only if reopening fails) and say so.
             if let Ok(fresh) = self.reconnect() {
-                *guard = Some(fresh);
+                **guard = Some(fresh);
             }
             return Err(Error::ForeignConnection.into());
         }
-        result
+        result.map(|(t, _)| Some(t))
     }
 
     /// Makes every write committed so far durable now: one sync of the WAL
@@ -425,10 +507,7 @@ impl Store {
     /// Storage errors of the sync; [`Error::Suspended`].
     pub fn sync(&self) -> Result<()> {
         let mut guard = self.lock()?;
-        let open = guard.as_mut().ok_or(Error::Suspended)?;
-        sync_wal(&open.conn)?;
-        open.unsynced = false;
-        Ok(())
+        guard.as_mut().ok_or(Error::Suspended)?.sync_wal()
     }
 
     /// Makes the deferred writes durable if one is still not (one sync of
@@ -629,6 +708,15 @@ fn run_in_transaction<T, E: From<Error>>(
     conn.prepare_cached(begin)
         .and_then(|mut s| s.execute([]))
         .map_err(Error::from)?;
+    run_begun(conn, f)
+}
+
+/// Runs `f` in the transaction just begun and commits it; the guard rolls
+/// back on every other path.
+fn run_begun<T, E: From<Error>>(
+    conn: &Connection,
+    f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
     let mut guard = RollbackGuard { conn, armed: true };
     let out = f(&Dao::new(conn))?;
     conn.prepare_cached("COMMIT")
@@ -950,6 +1038,12 @@ mod tests {
         assert_eq!(setting(Durability::Full), 2);
         assert_eq!(setting(Durability::Deferred), 1);
         assert!(store.has_unsynced());
+        assert_eq!(setting(Durability::Synced), 1);
+        assert!(
+            !store.has_unsynced(),
+            "a synced write syncs what came before"
+        );
+        assert_eq!(setting(Durability::Deferred), 1);
         assert_eq!(setting(Durability::Lazy), 1);
         assert!(store.has_unsynced(), "a lazy write does not sync");
         assert_eq!(setting(Durability::Full), 2);
