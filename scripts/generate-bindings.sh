@@ -6,7 +6,7 @@
 # Writes bindings/<lang>/generated/ (not committed: bindings/.gitignore) from
 # the library's embedded metadata ("library mode") and the top-level
 # uniffi.toml, with the uniffi-bindgen built from the FFI crate
-# (ffi/src/bin/uniffi-bindgen.rs), so the generator always matches the uniffi
+# (ffi/src/bin/toolledger-bindgen.rs), so the generator always matches the uniffi
 # the library was compiled with. The library is built from the FFI crate alone
 # (`-p toolledger-ffi`), so nothing of the tools (crash points) reaches it.
 # For Python the library is copied next to the generated module, which loads
@@ -34,9 +34,9 @@ target_dir="$(cargo metadata --no-deps --format-version 1 \
 # The generator is a build tool: the dev profile compiles it much faster.
 # Built first: building it also re-links the library with the `bindgen`
 # feature, and the library built next must be the plain one.
-echo "generate-bindings: building uniffi-bindgen" >&2
-cargo build -p toolledger-ffi --features bindgen --bin uniffi-bindgen
-bindgen="${target_dir}/debug/uniffi-bindgen"
+echo "generate-bindings: building toolledger-bindgen (uniffi-bindgen)" >&2
+cargo build -p toolledger-ffi --features bindgen --bin toolledger-bindgen
+bindgen="${target_dir}/debug/toolledger-bindgen"
 
 echo "generate-bindings: building the cdylib (${PROFILE})" >&2
 cargo build "${profile_flag[@]}" -p toolledger-ffi --lib

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# test-kotlin.sh — run the Kotlin binding tests (bindings/kotlin/src/test/kotlin)
-# on the desktop JVM with JNA, as an Android app would use the bindings.
+# test-kotlin.sh — build the desktop JVM jar of the Kotlin bindings and run
+# the Kotlin suite (bindings/kotlin/src/test/kotlin) against it, with JNA, as
+# a desktop (or Android) app uses the bindings.
 #
 # 1. The toolchain: sources the env file written by scripts/setup-kotlin.sh
 #    (kotlinc, kotlin-stdlib, kotlinx-coroutines, kotlin-test, JNA); runs
@@ -8,14 +9,21 @@
 # 2. scripts/generate-bindings.sh kotlin: builds the cdylib and regenerates
 #    bindings/kotlin/generated/ on every run, so the bindings can never be
 #    stale (an up-to-date build makes this a few seconds).
-# 3. Copies libtoolledger.so to bindings/kotlin/build/lib/: a concurrent cargo
-#    build in the shared target dir cannot swap the library under the suite.
-# 4. ONE kotlinc invocation (kotlinc costs 10 s to minutes per call): the
-#    generated toolledger.kt plus every test file -> build/tests.jar. Skipped
-#    when the sources, the compiler and the classpath are byte-identical to
-#    the last successful compile (sha256 stamp next to the jar).
-# 5. java -Djna.library.path=build/lib dev.toolledger.test.MainKt; its exit
-#    code is this script's. The last line of output is `N passed, N failed`.
+# 3. The jar, bindings/kotlin/build/toolledger-<version>.jar (version from the
+#    workspace Cargo.toml): one kotlinc call compiles the generated
+#    toolledger.kt and the hand-written layer (src/main/kotlin, package
+#    dev.toolledger.ktx), then `jar` adds libtoolledger.so as the resource
+#    linux-x86-64/libtoolledger.so, where JNA finds it on the class path. It
+#    needs JNA and kotlinx-coroutines at run time (kotlin-stdlib too).
+# 4. A second kotlinc call compiles the tests and the README's quick start
+#    (extracted from bindings/kotlin/README.md as written) against the jar ->
+#    build/tests.jar; the quick start then runs in an empty directory and
+#    must print the README's output. Each kotlinc call (10 s to minutes) is
+#    skipped when its inputs are byte-identical to the last successful one.
+# 5. java -cp tests.jar:<the jar>:<runtime> dev.toolledger.test.MainKt, with
+#    NO jna.library.path: the library is loaded from inside the jar (a test
+#    checks it). The last line of output is `N passed, N failed`; the exit
+#    code is the suite's.
 #
 # Environment: PROFILE=debug (default here: shares the build of `cargo test`)
 # or release. Extra arguments select tests whose name contains one of them
@@ -44,37 +52,88 @@ case "$(uname -s)" in
   Darwin) libfile=libtoolledger.dylib ;;
   *) libfile=libtoolledger.so ;;
 esac
+case "$(uname -s)-$(uname -m)" in
+  Linux-x86_64) jna_prefix=linux-x86-64 ;;
+  Linux-aarch64) jna_prefix=linux-aarch64 ;;
+  Darwin-arm64) jna_prefix=darwin-aarch64 ;;
+  Darwin-x86_64) jna_prefix=darwin-x86-64 ;;
+  *) echo "test-kotlin: no JNA resource prefix known for $(uname -s)-$(uname -m)" >&2; exit 1 ;;
+esac
 target_dir="$(cargo metadata --no-deps --format-version 1 \
   | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')"
+version="$(scripts/version.sh)"
 
-# ---- 3. a private copy of the library ----------------------------------------------
-build=bindings/kotlin/build
-mkdir -p "$build/lib"
-cp -f "${target_dir}/${PROFILE}/${libfile}" "$build/lib/${libfile}"
-
-# ---- 4. compile once -----------------------------------------------------------------
 generated=bindings/kotlin/generated/dev/toolledger/toolledger.kt
 [ -f "$generated" ] || { echo "test-kotlin: $generated was not generated" >&2; exit 1; }
+mapfile -t layer < <(find bindings/kotlin/src/main/kotlin -name '*.kt' | LC_ALL=C sort)
 mapfile -t tests < <(find bindings/kotlin/src/test/kotlin -name '*.kt' | LC_ALL=C sort)
 [ ${#tests[@]} -gt 0 ] || { echo "test-kotlin: no Kotlin test sources" >&2; exit 1; }
 
-jar="$build/tests.jar"
-stamp="$build/tests.jar.sha256"
-inputs_hash="$( { echo "$KOTLIN_VERSION $KOTLIN_COMPILE_CP"; sha256sum "$generated" "${tests[@]}"; } \
-  | sha256sum | cut -d' ' -f1)"
-if [ -f "$jar" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs_hash" ]; then
-  echo "test-kotlin: sources unchanged since the last compile: reusing $jar" >&2
-else
-  echo "test-kotlin: compiling ${#tests[@]} test files + the bindings (one kotlinc call; slow)" >&2
-  rm -f "$jar" "$stamp"
-  "$KOTLINC" "$generated" "${tests[@]}" -cp "$KOTLIN_COMPILE_CP" -d "$jar" -nowarn
-  echo "$inputs_hash" > "$stamp"
-fi
+build=bindings/kotlin/build
+mkdir -p "$build"
 
-# ---- 5. run --------------------------------------------------------------------------
+# compile_once OUT STAMP CP SOURCES...: one kotlinc call, skipped when the
+# sources, the compiler and the class path's files are unchanged.
+compile_once() {
+  local out="$1" stamp="$2" cp="$3"; shift 3
+  local hash
+  local entry cp_files=()
+  IFS=: read -r -a entries <<< "$cp"
+  for entry in "${entries[@]}"; do [ -f "$entry" ] && cp_files+=("$entry"); done
+  hash="$( { echo "$KOTLIN_VERSION $cp"; sha256sum "$@" "${cp_files[@]}"; } | sha256sum | cut -d' ' -f1)"
+  if [ -f "$out" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; then
+    echo "test-kotlin: sources unchanged since the last compile: reusing $out" >&2
+    return 0
+  fi
+  echo "test-kotlin: kotlinc -> $out ($# files; slow)" >&2
+  rm -f "$out" "$stamp"
+  "$KOTLINC" "$@" -cp "$cp" -d "$out" -nowarn
+  echo "$hash" > "$stamp"
+}
+
+# ---- 3. the jar: bindings + layer + the native library --------------------------------
+classes="$build/classes.jar"
+compile_once "$classes" "$classes.sha256" "$JNA_JAR:$KOTLIN_COROUTINES" "$generated" "${layer[@]}"
+jar_out="$build/toolledger-${version}.jar"
+rm -rf "$build/native" "$build"/toolledger-*.jar
+mkdir -p "$build/native/$jna_prefix"
+cp -f "${target_dir}/${PROFILE}/${libfile}" "$build/native/$jna_prefix/${libfile}"
+cp -f "$classes" "$jar_out"
+jar uf "$jar_out" -C "$build/native" "$jna_prefix/${libfile}"
+echo "test-kotlin: built $jar_out ($(du -k "$jar_out" | cut -f1) KiB; $jna_prefix/${libfile} inside)" >&2
+
+# ---- 4. the tests and the README quick start, compiled against the jar -----------------
+readme=bindings/kotlin/README.md
+mkdir -p "$build/readme"
+python3 - "$readme" "$build/readme/Quickstart.kt" "$build/readme/expected.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+start = text.index("## Quick start (desktop JVM)")
+code = re.compile(r"```kotlin\n(.*?)```", re.S).search(text, start)
+expected = re.compile(r"```text\n(.*?)```", re.S).search(text, code.end())
+open(sys.argv[2], "w").write(code.group(1))
+open(sys.argv[3], "w").write(expected.group(1))
+PY
+tests_jar="$build/tests.jar"
+compile_once "$tests_jar" "$tests_jar.sha256" "$classes:$KOTLIN_COMPILE_CP" "${tests[@]}" "$build/readme/Quickstart.kt"
+
+# The quick start as a user runs it, in an empty directory: it must print
+# exactly the README's output.
+qs_dir="$(mktemp -d)"
+qs_cp="$PWD/$tests_jar:$PWD/$jar_out:$KOTLIN_RUNTIME_CP"
+( cd "$qs_dir" && java -cp "$qs_cp" QuickstartKt ) > "$build/readme/actual.txt" \
+  || { echo "test-kotlin: the README quick start failed" >&2; rm -rf "$qs_dir"; exit 1; }
+rm -rf "$qs_dir"
+if ! cmp -s "$build/readme/expected.txt" "$build/readme/actual.txt"; then
+  echo "test-kotlin: the README quick start printed something else:" >&2
+  diff "$build/readme/expected.txt" "$build/readme/actual.txt" >&2 || true
+  exit 1
+fi
+echo "test-kotlin: the README quick start ran as written and printed the README's output" >&2
+
+# ---- 5. run (no jna.library.path: the library comes out of the jar) ---------------------
 set +e
-java -cp "$jar:$KOTLIN_RUNTIME_CP" -Djna.library.path="$PWD/$build/lib" \
-  dev.toolledger.test.MainKt "$@"
+java -cp "$tests_jar:$jar_out:$KOTLIN_RUNTIME_CP" dev.toolledger.test.MainKt "$@"
 status=$?
 set -e
 exit "$status"

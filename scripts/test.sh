@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the project: the Rust suites (unit, integration, doc),
-# then the foreign-language binding suites when their toolchains are present
-# (scripts/setup-*.sh installs them; .ci/run always does).
+# the SQLite-per-target check, then the binding suites: the Python wheel
+# (built, installed, tested), the Kotlin JVM jar, the Swift package. Their
+# toolchains come from scripts/setup-*.sh (.ci/run runs them; the suites run
+# the setups they lack).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +16,10 @@ cargo test --workspace --exclude toolledger-torture --doc
 
 echo "== rust: torture suite (SIGKILL, crash points, live owners) =="
 cargo test -p toolledger-torture
+
+echo "== one SQLite per process: per-target resolution, symbol check control =="
+cargo build --quiet -p toolledger-ffi --lib
+scripts/check-one-sqlite.sh
 
 for suite in scripts/test-python.sh scripts/test-kotlin.sh scripts/test-swift.sh; do
   if [ -x "$suite" ]; then

@@ -30,7 +30,6 @@ mod inspect;
 mod maintenance;
 mod progress;
 
-use std::fmt;
 use std::process::ExitCode;
 
 use args::{Cli, Command};
@@ -41,43 +40,22 @@ use clap::{CommandFactory, Parser};
 pub const FORMAT_VERSION: u32 = 1;
 
 /// Everything that can stop the binary, each with its exit code.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// The ledger refused or failed (typed message from the library).
-    Ledger(toolledger::ledger::Error),
-    /// A file (output, temporary directory) could not be used.
-    Io(std::io::Error),
+    #[error("ledger: {0}")]
+    Ledger(#[from] toolledger::ledger::Error),
+    /// A file could not be used.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
     /// Anything else, already phrased for a person (no argument values).
+    #[error("{0}")]
     Other(String),
-}
-
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CliError::Ledger(e) => write!(f, "ledger: {e}"),
-            CliError::Io(e) => write!(f, "i/o: {e}"),
-            CliError::Other(msg) => f.write_str(msg),
-        }
-    }
-}
-
-impl std::error::Error for CliError {}
-
-impl From<toolledger::ledger::Error> for CliError {
-    fn from(e: toolledger::ledger::Error) -> Self {
-        CliError::Ledger(e)
-    }
 }
 
 impl From<toolledger::model::IdError> for CliError {
     fn from(e: toolledger::model::IdError) -> Self {
         CliError::Ledger(e.into())
-    }
-}
-
-impl From<std::io::Error> for CliError {
-    fn from(e: std::io::Error) -> Self {
-        CliError::Io(e)
     }
 }
 

@@ -7,7 +7,7 @@
 # 1. cargo-ndk builds the FFI crate (ffi/, package toolledger-ffi; release) for arm64-v8a, armeabi-v7a,
 #    x86_64 and x86 and copies each libtoolledger.so into
 #    platforms/android/src/main/jniLibs/<abi>/.
-# 2. The FFI crate's own uniffi-bindgen (ffi/src/bin/uniffi-bindgen.rs, built for the
+# 2. The FFI crate's own uniffi-bindgen (ffi/src/bin/toolledger-bindgen.rs, built for the
 #    host) reads the UniFFI metadata embedded in the arm64-v8a library it just
 #    built, with uniffi.toml, and writes the Kotlin bindings
 #    (package dev.toolledger) into platforms/android/src/main/uniffi/:
@@ -65,12 +65,12 @@ done
 # ---- 2. the Kotlin bindings ------------------------------------------------------------
 target_dir="$(cargo metadata --no-deps --format-version 1 \
   | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')"
-echo "build-rust: building uniffi-bindgen (host)" >&2
-cargo build -p toolledger-ffi --features bindgen --bin uniffi-bindgen
+echo "build-rust: building toolledger-bindgen (uniffi-bindgen) (host)" >&2
+cargo build -p toolledger-ffi --features bindgen --bin toolledger-bindgen
 out=platforms/android/src/main/uniffi
 rm -rf "$out"
 mkdir -p "$out"
-"$target_dir/debug/uniffi-bindgen" generate "$jni_libs/arm64-v8a/libtoolledger.so" \
+"$target_dir/debug/toolledger-bindgen" generate "$jni_libs/arm64-v8a/libtoolledger.so" \
   --config uniffi.toml --language kotlin --out-dir "$out" --no-format
 [ -f "$out/dev/toolledger/toolledger.kt" ] || die "no Kotlin bindings in $out"
 echo "build-rust: Kotlin bindings -> $out/dev/toolledger/toolledger.kt" >&2

@@ -833,6 +833,14 @@ fn connect(location: &Location, options: &StoreOptions, create: bool) -> Result<
         "PRAGMA synchronous=FULL;
          PRAGMA foreign_keys=ON;",
     )?;
+    // Apple storage acknowledges fsync() before the data is on stable media;
+    // F_FULLFSYNC (commits and checkpoints) makes a durable commit durable
+    // against power loss there.
+    #[cfg(target_vendor = "apple")]
+    conn.execute_batch(
+        "PRAGMA fullfsync=ON;
+         PRAGMA checkpoint_fullfsync=ON;",
+    )?;
     conn.set_prepared_statement_cache_capacity(64);
     schema::migrate(&mut conn)?;
     Ok(conn)
@@ -841,6 +849,18 @@ fn connect(location: &Location, options: &StoreOptions, create: bool) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn full_fsync_exactly_on_apple() {
+        let conn = connect(&Location::Memory, &StoreOptions::default(), true).unwrap();
+        let flag = |name: &str| -> i64 {
+            conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+                .unwrap()
+        };
+        let expected = i64::from(cfg!(target_vendor = "apple"));
+        assert_eq!(flag("fullfsync"), expected);
+        assert_eq!(flag("checkpoint_fullfsync"), expected);
+    }
     use crate::model::{
         ArgsDigest, ExecutionId, ExecutionStatus, Move, OperationId, Provider, SessionId,
         Transition,

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-import toolledger as tl
+from toolledger import ffi as tl  # the generated API as it is
 from tools import Downstream
 
 

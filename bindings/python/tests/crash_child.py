@@ -10,7 +10,7 @@ marker file exists: the effect happened, the ledger never heard back.
 import asyncio
 import sys
 
-import toolledger as tl
+from toolledger import ffi as tl  # the generated API as it is
 from tools import Downstream, SendThenHang, email_call
 
 

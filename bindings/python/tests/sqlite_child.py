@@ -23,7 +23,7 @@ import signal
 import sqlite3
 import sys
 
-import toolledger as tl
+from toolledger import ffi as tl  # the generated API as it is
 from tools import email_call
 
 OPERATION = "op_sqlite"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import toolledger as tl
+from toolledger import ffi as tl  # the generated API as it is
 from conftest import run
 from tools import Downstream, SendEmail, Weather, email_call
 

@@ -10,7 +10,7 @@ import json
 import os
 import sqlite3
 
-import toolledger as tl
+from toolledger import ffi as tl  # the generated API as it is
 
 
 class Downstream:

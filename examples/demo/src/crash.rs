@@ -10,11 +10,45 @@
 use std::io::Write;
 
 /// A point in the life of one side-effecting call where the process can die:
-/// the library's crash points, of which the demo uses the six of docs/design.md.
-pub use toolledger::crashpoint::CrashPoint as Boundary;
+/// the six crash boundaries of docs/design.md (named as the torture harness's
+/// crash points are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Boundary {
+    /// The call is recorded, waiting for approval or to start.
+    AfterPrepared,
+    /// `executing` is durable; the request has not left.
+    BeforeRequest,
+    /// The request left; no answer yet.
+    InFlight,
+    /// The remote committed the effect; the ledger has not.
+    AfterRemoteCommit,
+    /// The result is durable locally; the model has not seen it.
+    AfterLocalCommit,
+    /// The model saw the result; the delivery mark is not written.
+    AfterModelResult,
+}
 
-/// The boundaries the demo can die at, in the order a call passes them
-/// (`after-batch-item` belongs to batches, which the demo has none of).
+impl Boundary {
+    /// The command-line name (`after-remote-commit`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Boundary::AfterPrepared => "after-prepared",
+            Boundary::BeforeRequest => "before-request",
+            Boundary::InFlight => "in-flight",
+            Boundary::AfterRemoteCommit => "after-remote-commit",
+            Boundary::AfterLocalCommit => "after-local-commit",
+            Boundary::AfterModelResult => "after-model-result",
+        }
+    }
+}
+
+impl std::fmt::Display for Boundary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The boundaries the demo can die at, in the order a call passes them.
 pub const BOUNDARIES: [Boundary; 6] = [
     Boundary::AfterPrepared,
     Boundary::BeforeRequest,
@@ -26,7 +60,7 @@ pub const BOUNDARIES: [Boundary; 6] = [
 
 /// Parses a command-line boundary name (one of [`BOUNDARIES`]).
 pub fn parse_boundary(name: &str) -> Option<Boundary> {
-    Boundary::parse(name).filter(|b| BOUNDARIES.contains(b))
+    BOUNDARIES.into_iter().find(|b| b.name() == name)
 }
 
 /// All boundary names, comma separated (for error messages).

@@ -22,7 +22,6 @@ mod remote;
 mod script;
 mod transcript;
 
-use std::fmt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -59,52 +58,25 @@ fn parse_boundary(name: &str) -> Result<Boundary, String> {
 }
 
 /// Everything that can stop the demo.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// The ledger refused or failed (typed message from the library).
-    Ledger(toolledger::ledger::Error),
+    #[error("ledger: {0}")]
+    Ledger(#[from] toolledger::ledger::Error),
     /// The simulated remote service (the demo's outbox) failed.
-    Remote(rusqlite::Error),
-    /// A file (transcript, temporary directory) could not be used.
-    Io(std::io::Error),
+    #[error("simulated remote: {0}")]
+    Remote(#[from] rusqlite::Error),
+    /// A file could not be used.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
     /// Anything else, already phrased for a person (no argument values).
+    #[error("{0}")]
     Other(String),
-}
-
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CliError::Ledger(e) => write!(f, "ledger: {e}"),
-            CliError::Remote(e) => write!(f, "simulated remote: {e}"),
-            CliError::Io(e) => write!(f, "i/o: {e}"),
-            CliError::Other(msg) => f.write_str(msg),
-        }
-    }
-}
-
-impl std::error::Error for CliError {}
-
-impl From<toolledger::ledger::Error> for CliError {
-    fn from(e: toolledger::ledger::Error) -> Self {
-        CliError::Ledger(e)
-    }
 }
 
 impl From<toolledger::model::IdError> for CliError {
     fn from(e: toolledger::model::IdError) -> Self {
         CliError::Ledger(e.into())
-    }
-}
-
-impl From<rusqlite::Error> for CliError {
-    fn from(e: rusqlite::Error) -> Self {
-        CliError::Remote(e)
-    }
-}
-
-impl From<std::io::Error> for CliError {
-    fn from(e: std::io::Error) -> Self {
-        CliError::Io(e)
     }
 }
 

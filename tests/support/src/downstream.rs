@@ -14,12 +14,14 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::http::{self, read_request, write_response};
+pub use crate::http::{encode, request_blocking, Response};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
@@ -93,20 +95,8 @@ pub struct Effect {
     pub body: String,
 }
 
-/// One request the service received (whatever became of it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
-    /// `GET`, `POST`.
-    pub method: String,
-    /// The path without the query.
-    pub path: String,
-    /// The decoded query parameters.
-    pub query: Vec<(String, String)>,
-    /// The `Idempotency-Key` header.
-    pub key: Option<String>,
-    /// The body.
-    pub body: String,
-}
+/// One request as the service saw it.
+pub type Seen = http::Request;
 
 #[derive(Debug, Default)]
 struct State {
@@ -389,179 +379,9 @@ fn post(st: &mut State, req: &Seen) -> Reply {
     }
 }
 
-fn read_request(stream: &TcpStream) -> io::Result<Option<Seen>> {
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
-        return Ok(None);
-    }
-    let mut parts = line.trim_end().splitn(3, ' ');
-    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
-        return Ok(None);
-    };
-    let (method, target) = (method.to_owned(), target.to_owned());
-    let mut key = None;
-    let mut length = 0usize;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header)? == 0 {
-            return Ok(None);
-        }
-        let header = header.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            let value = value.trim();
-            match name.trim().to_ascii_lowercase().as_str() {
-                "content-length" => length = value.parse().unwrap_or(0).min(1 << 20),
-                "idempotency-key" => key = Some(value.to_owned()),
-                _ => {}
-            }
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body)?;
-    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let query = query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (decode(k), decode(v))
-        })
-        .collect();
-    Ok(Some(Seen {
-        method,
-        path: path.to_owned(),
-        query,
-        key,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }))
-}
-
-fn write_response(stream: &mut TcpStream, status: u16, body: &str) -> io::Result<()> {
-    let reason = match status {
-        200 => "OK",
-        201 => "Created",
-        202 => "Accepted",
-        400 => "Bad Request",
-        404 => "Not Found",
-        422 => "Unprocessable Entity",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Status",
-    };
-    write!(
-        stream,
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    stream.flush()
-}
-
-/// Percent-encodes a query component (unreserved characters pass).
-pub fn encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 3;
-                    }
-                    Err(_) => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 // ---------------------------------------------------------------------------
 // The client
 // ---------------------------------------------------------------------------
-
-/// An HTTP answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
-    /// Status code.
-    pub status: u16,
-    /// Body text.
-    pub body: String,
-}
-
-/// One blocking HTTP/1.1 request with `timeout` on connect, each write and
-/// each read. A connection closed without an answer is an `UnexpectedEof`.
-pub fn request_blocking(
-    addr: SocketAddr,
-    method: &str,
-    target: &str,
-    key: Option<&str>,
-    body: &str,
-    timeout: Duration,
-) -> io::Result<Response> {
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    let mut head = format!(
-        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(key) = key {
-        head.push_str(&format!("Idempotency-Key: {key}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    stream.flush()?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "connection closed without a response",
-        ));
-    };
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad status line"))?;
-    Ok(Response {
-        status,
-        body: body.to_owned(),
-    })
-}
 
 /// [`request_blocking`] on tokio's blocking pool.
 pub async fn request(

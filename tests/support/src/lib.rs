@@ -3,12 +3,14 @@
 #![allow(dead_code, missing_docs)]
 
 pub mod downstream;
+pub mod http;
 pub mod power_vfs;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use toolledger::ledger::{CallSpec, Ledger, LedgerConfig, ManualClock};
+use toolledger::executor::{Executor, ExecutorConfig};
+use toolledger::ledger::{Begin, CallSpec, Ledger, LedgerConfig, ManualClock, Ticket};
 use toolledger::model::{OperationId, Provider, ToolCall};
 
 /// A ledger on a file in `dir` with a manual clock at t = 1_000_000 ms.
@@ -49,4 +51,41 @@ pub fn current(
 ) -> toolledger::ledger::AttemptId {
     let attempt = ledger.get(id).unwrap().map_or(0, |r| r.attempt_count);
     toolledger::ledger::AttemptId::new(id.clone(), attempt)
+}
+
+/// The ticket of an `Execute` answer (any other answer fails the test).
+pub fn ticket(answer: Begin) -> Ticket {
+    match answer {
+        Begin::Execute(t) => t,
+        other => panic!("expected Execute, got {other:?}"),
+    }
+}
+
+/// An executor over a ledger on `path` (system clock), with
+/// [`downstream::fast_config`].
+pub fn executor_at(path: &Path) -> Executor {
+    executor_with(path, downstream::fast_config())
+}
+
+/// An executor over a ledger on `path` (system clock) with `config`.
+pub fn executor_with(path: &Path, config: ExecutorConfig) -> Executor {
+    let ledger = Ledger::open(path, LedgerConfig::default()).unwrap();
+    Executor::new(Arc::new(ledger), config)
+}
+
+/// How long [`wait_until`] waits: generous, for other processes on a
+/// loaded machine.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits (polling every 2 ms, at most [`PATIENCE`]) until `cond` holds;
+/// fails the test naming `what` when it never does.
+pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }

@@ -15,7 +15,6 @@ mod bench_figures;
 mod bench_readonly;
 mod bench_support;
 
-use std::fmt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -101,35 +100,20 @@ impl BenchArgs {
 }
 
 /// Everything that can stop the benchmark.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// The ledger refused or failed.
-    Ledger(toolledger::ledger::Error),
+    #[error("ledger: {0}")]
+    Ledger(#[from] toolledger::ledger::Error),
     /// Raw SQLite (the floor) failed.
-    Sqlite(rusqlite::Error),
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     /// A file could not be used.
-    Io(std::io::Error),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
     /// Anything else.
+    #[error("{0}")]
     Other(String),
-}
-
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CliError::Ledger(e) => write!(f, "ledger: {e}"),
-            CliError::Sqlite(e) => write!(f, "sqlite: {e}"),
-            CliError::Io(e) => write!(f, "i/o: {e}"),
-            CliError::Other(msg) => f.write_str(msg),
-        }
-    }
-}
-
-impl std::error::Error for CliError {}
-
-impl From<toolledger::ledger::Error> for CliError {
-    fn from(e: toolledger::ledger::Error) -> Self {
-        CliError::Ledger(e)
-    }
 }
 
 impl From<toolledger::model::IdError> for CliError {
@@ -141,18 +125,6 @@ impl From<toolledger::model::IdError> for CliError {
 impl From<toolledger::executor::Error> for CliError {
     fn from(e: toolledger::executor::Error) -> Self {
         CliError::Other(e.to_string())
-    }
-}
-
-impl From<rusqlite::Error> for CliError {
-    fn from(e: rusqlite::Error) -> Self {
-        CliError::Sqlite(e)
-    }
-}
-
-impl From<std::io::Error> for CliError {
-    fn from(e: std::io::Error) -> Self {
-        CliError::Io(e)
     }
 }
 

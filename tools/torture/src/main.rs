@@ -30,7 +30,6 @@
 //! (details on stderr, files kept in the workdir); 2 bad arguments.
 //! See `supervisor.rs` for the schedule and RELIABILITY.md.
 
-mod http;
 mod live;
 mod report;
 mod rng;

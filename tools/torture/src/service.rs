@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::http::{self, Request};
 use super::workload::Mode;
+use toolledger_test_support::http::{self, Request};
 
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
 const QUIESCE_MAX: Duration = Duration::from_secs(15);
@@ -136,7 +136,7 @@ impl Service {
     pub fn quiesce(&self) -> bool {
         // The listen queue is FIFO: once our fence is accepted, everything a
         // dead worker had queued before it is accepted and counted.
-        let fenced = http::request(self.addr, "GET", "/fence", None, "", SOCKET_TIMEOUT, false)
+        let fenced = http::request_blocking(self.addr, "GET", "/fence", None, "", SOCKET_TIMEOUT)
             .is_ok_and(|r| r.status == 200);
         let deadline = Instant::now() + QUIESCE_MAX;
         let mut st = self.shared.lock();

@@ -18,7 +18,8 @@ use toolledger::executor::{
 };
 use toolledger::model::{DownstreamKey, ExecutionId, ExecutionIdParts, OperationId, ToolCall};
 
-use super::http;
+use toolledger::crashpoint::{self, CrashPoint};
+use toolledger_test_support::http;
 
 /// Items in the independent batch.
 pub const BATCH_ITEMS: u32 = 6;
@@ -229,14 +230,18 @@ async fn send(
     in_flight: bool,
 ) -> Result<http::Response, ToolError> {
     tokio::task::spawn_blocking(move || {
-        http::request(
+        http::request_then(
             addr,
             method,
             &target,
             key.as_deref(),
             &body,
             CLIENT_TIMEOUT,
-            in_flight,
+            || {
+                if in_flight {
+                    crashpoint::hit(CrashPoint::InFlight);
+                }
+            },
         )
     })
     .await
@@ -313,7 +318,7 @@ impl ToolHandler for HttpTool {
 /// effect's result if the service committed one under `key`.
 pub fn truth(addr: SocketAddr, key: &str) -> Result<Option<(String, Option<String>)>, String> {
     let target = format!("/truth?key={}", http::encode(key));
-    let resp = http::request(addr, "GET", &target, None, "", CLIENT_TIMEOUT, false)
+    let resp = http::request_blocking(addr, "GET", &target, None, "", CLIENT_TIMEOUT)
         .map_err(|e| format!("truth query failed: {e}"))?;
     match resp.status {
         200 => {
@@ -328,7 +333,7 @@ pub fn truth(addr: SocketAddr, key: &str) -> Result<Option<(String, Option<Strin
 /// The webhook event of a finished job: `(event id, result JSON)`.
 pub fn job_event(addr: SocketAddr, job_id: &str) -> Result<(String, String), String> {
     let target = format!("/jobs/{}", http::encode(job_id));
-    let resp = http::request(addr, "GET", &target, None, "", CLIENT_TIMEOUT, false)
+    let resp = http::request_blocking(addr, "GET", &target, None, "", CLIENT_TIMEOUT)
         .map_err(|e| format!("job query failed: {e}"))?;
     if resp.status != 200 {
         return Err(format!("job query answered {}", resp.status));

@@ -1,0 +1,190 @@
+"""MCP clients: ``call_tool`` through the ledger.
+
+Tested with ``mcp`` 2.3.0 (``ClientSession`` over stdio).
+
+::
+
+    runtime = LedgerRuntime("ledger.db")                            # once per process
+    ledger_mcp = MCPLedger(runtime, server="mail")
+    async with ledger_mcp.session(read, write) as session:          # instead of ClientSession(read, write)
+        ledger_mcp.tool("send_email", downstream=Downstream.KEY)
+        result = await ledger_mcp.call_tool(session, "send_email", {"to": "a@example.com"},
+                                            operation_id="conv42:msg7", round=0, call_id="call_abc")
+
+Identity. An MCP client has no identity of its own that survives a restart:
+its JSON-RPC ids count from 1 again in every session. So the execution is
+named by the app, from the model's tool call that led to this MCP call
+(``operation_id`` = the turn, ``round`` = the model response, ``call_id`` =
+the model's tool-call id): a resumed turn that repeats the call replays or
+reconciles it, a regenerated turn (new ids) runs it again. An
+executor retry is the same execution.
+
+The JSON-RPC id is correlation metadata, not identity: the request carries
+``_meta`` entries ``io.toolledger/execution-id`` and
+``io.toolledger/idempotency-key`` (the downstream key, which the server
+should use to deduplicate: ``Downstream.KEY``, or store as a reference for
+its lookup tool: ``Downstream.LOOKUP``), and the JSON-RPC id the session
+gave the request is kept with the result (``LedgerToolResult.jsonrpc_id``)
+when the session was made by :meth:`MCPLedger.session`, which watches the
+requests it writes.
+
+A result with ``isError`` is the server's answer and is recorded as the
+call's result. An exception from the session (timeout, closed transport)
+after the request may have left is an unknown outcome: the executor
+reconciles it, and with neither key nor lookup ``call_tool`` raises
+:class:`OutcomeUnknown` instead of sending it again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Optional
+
+from mcp import ClientSession
+from mcp.types import CallToolResult
+
+from ._core import Downstream, LedgerRuntime, ToolSpec, current_call  # noqa: F401
+
+TESTED_VERSIONS = {"mcp": "2.3.0"}
+
+META_EXECUTION_ID = "io.toolledger/execution-id"
+META_IDEMPOTENCY_KEY = "io.toolledger/idempotency-key"
+
+
+@dataclass(frozen=True)
+class LedgerToolResult:
+    """What :meth:`MCPLedger.call_tool` returns."""
+
+    result: CallToolResult
+    execution_id: str
+    replayed: bool
+    """True when the stored result of an earlier call came back (nothing was sent now)."""
+    jsonrpc_id: Any
+    """The JSON-RPC id of the request that produced the result (None when
+    unknown: a session not made by :meth:`MCPLedger.session`)."""
+
+
+class _WatchedWrite:
+    """The session's write stream, noting the JSON-RPC id of each
+    ``tools/call`` request that carries a ledger execution id."""
+
+    def __init__(self, inner, seen: dict):
+        self._inner = inner
+        self._seen = seen
+
+    async def send(self, item) -> None:
+        message = getattr(item, "message", None)
+        if getattr(message, "method", None) == "tools/call":
+            meta = ((getattr(message, "params", None) or {}).get("_meta") or {})
+            execution_id = meta.get(META_EXECUTION_ID)
+            if execution_id is not None:
+                self._seen[execution_id] = message.id
+        await self._inner.send(item)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    async def __aenter__(self):
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc):
+        return await self._inner.__aexit__(*exc)
+
+
+class MCPLedger:
+    """``call_tool`` through the ledger for one MCP server's tools."""
+
+    def __init__(self, runtime: LedgerRuntime, *, server: str):
+        self.runtime = runtime
+        self.server = server
+        self._jsonrpc_ids: dict[str, Any] = {}
+
+    def session(self, read_stream, write_stream, **kwargs) -> ClientSession:
+        """A ``ClientSession`` whose ``tools/call`` JSON-RPC ids are noted."""
+        return ClientSession(read_stream, _WatchedWrite(write_stream, self._jsonrpc_ids), **kwargs)
+
+    def ledger_name(self, tool: str) -> str:
+        return f"mcp:{self.server}/{tool}"
+
+    def tool(
+        self,
+        name: str,
+        *,
+        downstream: Downstream,
+        lookup: Optional[Callable[[dict, Any], Awaitable[Any]]] = None,
+        version: int = 1,
+        landing_window_ms: Optional[int] = None,
+    ) -> None:
+        """Declares a side-effecting tool of this server (once per name).
+        ``lookup(args, call)`` (async) finds an effect made under
+        ``call.downstream_key`` — usually by calling a lookup tool of the
+        server on the session — and returns a ``CallToolResult`` to hand
+        back as the call's result, or None when there is none. It runs in
+        the task that called ``call_tool``, so it can use the session."""
+
+        def run_detached(args: dict) -> Any:
+            raise RuntimeError(
+                f"{name}: cannot resend without a session; repeat the call_tool (same ids) instead"
+            )
+
+        async def stored_lookup(args: dict, call: Any) -> Any:
+            found = await lookup(args, call)
+            if found is None:
+                return None
+            return {"result": found.model_dump(mode="json", by_alias=True, exclude_none=True), "jsonrpc_id": None}
+
+        spec_name = self.ledger_name(name)
+        if self.runtime.registered(spec_name):
+            return
+        self.runtime.register(
+            ToolSpec(
+                name=spec_name,
+                run=run_detached,
+                downstream=downstream,
+                lookup=stored_lookup if lookup is not None else None,
+                version=version,
+                landing_window_ms=landing_window_ms,
+            )
+        )
+
+    async def call_tool(
+        self,
+        session: ClientSession,
+        name: str,
+        arguments: Optional[dict] = None,
+        *,
+        operation_id: str,
+        round: int,
+        call_id: str,
+        **kwargs,
+    ) -> LedgerToolResult:
+        """``session.call_tool(name, arguments, **kwargs)`` through the
+        ledger. Raises :class:`OutcomeUnknown` or :class:`CallNotExecuted`
+        when there is no result to hand back."""
+        arguments = arguments or {}
+        spec_name = self.ledger_name(name)
+        user_meta = kwargs.pop("meta", None) or {}
+
+        async def body():
+            call = current_call()
+            meta = dict(user_meta)
+            meta[META_EXECUTION_ID] = call.execution_id
+            meta[META_IDEMPOTENCY_KEY] = call.downstream_key
+            result = await session.call_tool(name, arguments, meta=meta, **kwargs)
+            return {
+                "result": result.model_dump(mode="json", by_alias=True, exclude_none=True),
+                "jsonrpc_id": self._jsonrpc_ids.pop(call.execution_id, None),
+            }
+
+        done = await self.runtime.acall(
+            operation_id, round, call_id, spec_name, json.dumps(arguments), body
+        )
+        stored = json.loads(done.result_json)
+        return LedgerToolResult(
+            result=CallToolResult.model_validate(stored["result"]),
+            execution_id=done.execution_id,
+            replayed=done.replayed,
+            jsonrpc_id=stored.get("jsonrpc_id"),
+        )

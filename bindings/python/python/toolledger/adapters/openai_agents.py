@@ -1,0 +1,242 @@
+"""OpenAI Agents SDK: function tools whose calls run through the ledger, and
+a model whose responses are kept so that a resumed run sees the same tool
+calls.
+
+Tested with ``openai-agents`` 0.24.0 (``openai`` 3.57.0).
+
+::
+
+    runtime = LedgerRuntime("ledger.db")                               # once per process
+    agents = AgentsLedger(runtime)
+    agent = Agent(name="mail", model=agents.model(model),              # keep model responses
+                  tools=[agents.tool(send_email, downstream=Downstream.KEY)])
+    result = await agents.run(agent, "send it", run_id="conv42:msg7", session=session)
+
+Identity. A call's execution is ``(run id, turn, tool-call id)``:
+
+* operation = ``openai-agents:<run_id>``: the app names the user turn being
+  answered (``run_id=``, stable across a resume: a conversation id and the
+  index of the user message, say). A regenerated answer is a new run id;
+* round = the turn (1 for the first model response of the run, counted by
+  the wrapped model);
+* call id = the model's ``call_id`` (``ToolContext.tool_call_id``).
+
+Why the model is wrapped too. The SDK's session keeps the user's input when
+a run starts and the model's tool calls only when their turn ends: a process
+killed while a tool runs leaves a session without the call, and the
+documented resume (``Runner.run`` again on the same session) asks the model
+again, which answers with a *new* ``call_id`` (and maybe other arguments).
+To the ledger that is a regenerated turn — a new execution — so wrapping the
+tools alone does not prevent the second effect. ``agents.model(m)`` records
+each model response in the ledger (under the run id and turn, as an
+execution of the pseudo-tool ``toolledger.model_response``) before the
+run acts on it, and a resumed run with the same run id gets the recorded
+response back instead of a new one: same tool calls, same ids, so a
+committed call is replayed and one left running is reconciled.
+
+The tool's own code reads ``current_call().downstream_key``. Make function
+tools with ``failure_error_function=None``: otherwise the SDK turns an
+exception raised after the request left (timeout, reset) into an error
+string, which would be recorded as the call's result instead of an unknown
+outcome. An unknown outcome raises :class:`OutcomeUnknown` out of
+``Runner.run``: nothing is resent.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from agents import FunctionTool, Runner
+from agents.items import ModelResponse
+from agents.models.interface import Model
+from agents.usage import Usage
+from openai.types.responses import ResponseOutputItem
+from pydantic import TypeAdapter
+
+from ._core import CallNotExecuted, Downstream, LedgerRuntime, OutcomeUnknown, ToolSpec, current_call  # noqa: F401
+
+TESTED_VERSIONS = {"openai-agents": "0.24.0", "openai": "3.57.0"}
+
+MODEL_TOOL = "toolledger.model_response"
+
+_OUTPUT_ITEMS = TypeAdapter(list[ResponseOutputItem])
+
+
+@dataclass
+class _RunScope:
+    run_id: str
+    turn: int = 0
+    """The last turn whose model response the run got (its tools run under it)."""
+    tools: dict = field(default_factory=dict)
+
+
+_SCOPE: contextvars.ContextVar[Optional[_RunScope]] = contextvars.ContextVar("toolledger_agents_run", default=None)
+
+
+def _scope(what: str) -> _RunScope:
+    scope = _SCOPE.get()
+    if scope is None:
+        raise RuntimeError(f"{what}: run the agent with AgentsLedger.run(..., run_id=...) so calls have an identity")
+    return scope
+
+
+class AgentsLedger:
+    """Wraps function tools and models for one :class:`LedgerRuntime`."""
+
+    def __init__(self, runtime: LedgerRuntime):
+        self.runtime = runtime
+        if not runtime.registered(MODEL_TOOL):
+            runtime.register(ToolSpec(name=MODEL_TOOL, run=_no_detached_model_call, downstream=Downstream.KEY))
+
+    def operation(self, run_id: str) -> str:
+        return f"openai-agents:{run_id}"
+
+    # -- tools ------------------------------------------------------------
+
+    def tool(
+        self,
+        tool: FunctionTool,
+        *,
+        downstream: Downstream,
+        lookup: Optional[Callable[[dict, Any], Any]] = None,
+        version: int = 1,
+        landing_window_ms: Optional[int] = None,
+    ) -> FunctionTool:
+        """A copy of ``tool`` whose calls run through the ledger."""
+        inner = tool.on_invoke_tool
+
+        def run_detached(args: dict) -> Any:
+            raise RuntimeError(
+                f"{tool.name}: cannot resend without the run that called it; "
+                "resume the run (same run_id) instead of executor.recover()"
+            )
+
+        self.runtime.register(
+            ToolSpec(
+                name=tool.name,
+                run=run_detached,
+                downstream=downstream,
+                lookup=lookup,
+                version=version,
+                landing_window_ms=landing_window_ms,
+            )
+        )
+        runtime = self.runtime
+        operation = self.operation
+
+        async def on_invoke_tool(ctx, arguments: str) -> Any:
+            scope = _scope(tool.name)
+
+            async def body():
+                return _stored_output(await inner(ctx, arguments))
+
+            done = await runtime.acall(
+                operation(scope.run_id), scope.turn, ctx.tool_call_id, tool.name, arguments or "{}", body
+            )
+            return json.loads(done.result_json)
+
+        return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+
+    # -- the model ----------------------------------------------------------
+
+    def model(self, model: Model) -> Model:
+        """``model``, with each response kept in the ledger (see the module
+        docs)."""
+        return _LedgerModel(model, self)
+
+    # -- runs -----------------------------------------------------------------
+
+    async def run(self, agent, input, *, run_id: str, **kwargs) -> Any:
+        """``Runner.run(agent, input, **kwargs)`` with the calls named by
+        ``run_id`` (the user turn being answered: keep it on a resume, give
+        a new one to regenerate)."""
+        token = _SCOPE.set(_RunScope(run_id=run_id))
+        try:
+            return await Runner.run(agent, input, **kwargs)
+        except Exception as exc:
+            # The SDK wraps what a tool raised (UserError "Error running
+            # tool …"); the app gets the ledger's own answer.
+            ledger_error = _ledger_cause(exc)
+            if ledger_error is not None and ledger_error is not exc:
+                raise ledger_error from exc
+            raise
+        finally:
+            _SCOPE.reset(token)
+
+
+def _ledger_cause(exc: BaseException) -> Optional[BaseException]:
+    seen = 0
+    while exc is not None and seen < 32:  # bounded: cause chains can loop
+        if isinstance(exc, (OutcomeUnknown, CallNotExecuted)):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+def _no_detached_model_call(args: dict) -> Any:
+    raise RuntimeError("a model response is only asked for by its run")
+
+
+def _stored_output(output: Any) -> Any:
+    """What the ledger keeps of a function tool's output (JSON)."""
+    if isinstance(output, (str, int, float, bool)) or output is None:
+        return output
+    dump = getattr(output, "model_dump", None)
+    if dump is not None:
+        return dump(mode="json")
+    try:
+        json.dumps(output)
+    except (TypeError, ValueError):
+        return str(output)
+    return output
+
+
+class _LedgerModel(Model):
+    """A model whose responses are recorded per (run id, turn)."""
+
+    def __init__(self, inner: Model, owner: AgentsLedger):
+        self.inner = inner
+        self.owner = owner
+
+    async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs):
+        scope = _scope("model")
+        # A model call the SDK retries after a failure asks for the same turn.
+        turn = scope.turn + 1
+
+        fresh: list[ModelResponse] = []
+
+        async def body():
+            response = await self.inner.get_response(
+                system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs
+            )
+            fresh.append(response)
+            return {
+                "output": [item.model_dump(mode="json", exclude_none=True) for item in response.output],
+                "response_id": response.response_id,
+            }
+
+        done = await self.owner.runtime.acall(
+            self.owner.operation(scope.run_id), turn, "model", MODEL_TOOL, "{}", body
+        )
+        scope.turn = turn
+        if fresh and not done.replayed:
+            return fresh[-1]
+        stored = json.loads(done.result_json)
+        return ModelResponse(
+            output=_OUTPUT_ITEMS.validate_python(stored["output"]),
+            usage=Usage(),  # a recorded response spent nothing now
+            response_id=stored.get("response_id"),
+        )
+
+    def stream_response(self, *args, **kwargs):
+        raise NotImplementedError("toolledger: streamed runs are not recorded; use Runner.run")
+
+    async def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            await close()

@@ -1,0 +1,28 @@
+//! The library's integration tests: one test binary, one module per
+//! capability (each covers the ledger API and the executor for that
+//! capability). Two long proof runs, sized by environment variables, are
+//! binaries of their own: the seeded simulation of live owners
+//! (`tests/simulation.rs`) and the power cuts of the durability policy
+//! (`tests/power_loss/`).
+//!
+//! Helpers shared with the torture harness live in `tests/support`
+//! (package `toolledger-test-support`).
+
+mod approval;
+mod attention;
+mod bad_input;
+mod batches;
+mod cancellation;
+mod concurrency;
+mod crash_recovery;
+mod delivery;
+mod idempotency;
+mod inspect;
+mod jobs_and_webhooks;
+mod migrations;
+mod ownership;
+mod providers;
+mod read_only;
+mod reconciliation;
+mod retention;
+mod storage_faults;

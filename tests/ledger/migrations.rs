@@ -1,0 +1,293 @@
+//! Opening files: fresh, current, older (migrated), newer, not a database, corrupt.
+
+use rusqlite::Connection;
+use support::*;
+use toolledger::ledger::{
+    Begin, Error, Ledger, LedgerConfig, StorageError, SCHEMA_VERSION as CURRENT_VERSION,
+};
+use toolledger_test_support as support;
+
+#[test]
+fn an_empty_file_is_migrated_to_the_current_version_in_wal_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    std::fs::write(&path, b"").unwrap();
+    let (ledger, _clock) = open_at(&path);
+    drop(ledger);
+    let conn = Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, CURRENT_VERSION);
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        tables,
+        [
+            "approvals",
+            "attention_sweep",
+            "batch_items",
+            "evidence",
+            "executions",
+            "jobs",
+            "meta",
+            "operations",
+            "sessions",
+            "tombstones",
+            "transitions_orphaned",
+            "webhook_events"
+        ]
+    );
+}
+
+/// A version 3 database as version 3 wrote it (its own migrations, frozen
+/// in the repository), holding: a call committed with a digest of version 3
+/// (numbers read as doubles), an `executing` row with a wall-clock lease of a
+/// session that is gone, and a tombstone.
+fn v3_database(path: &std::path::Path) -> (String, String) {
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch("PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL;")
+        .unwrap();
+    for sql in [
+        include_str!("../../src/store/migrations/001_initial.sql"),
+        include_str!("../../src/store/migrations/002_retention.sql"),
+        // Version 3's migration has a Rust step between its two SQL parts
+        // (writing log lines from old rows): a no-op on empty tables.
+        include_str!("../../src/store/migrations/003_hot_path.sql"),
+        include_str!("../../src/store/migrations/003_hot_path_swap.sql"),
+    ] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.execute_batch("PRAGMA user_version = 3;").unwrap();
+    // Version 3 digested {"account":12345678901234567} as a double.
+    let legacy = toolledger::model::digest_with(
+        toolledger::model::DigestScheme::NearestDouble,
+        "pay",
+        1,
+        r#"{"account":12345678901234567}"#,
+        &Default::default(),
+    )
+    .unwrap();
+    let committed = "o:round_0:c1:pay:v1".to_owned();
+    let running = "o:round_0:c2:pay:v1".to_owned();
+    conn.execute("INSERT INTO operations VALUES ('o', 'open', 1, 1)", [])
+        .unwrap();
+    for (id, status, session, lease, result) in [
+        (&committed, "committed", None, None, Some(r#"{"paid":1}"#)),
+        (
+            &running,
+            "executing",
+            Some("deadbeef"),
+            Some(9_999_999_999_999i64),
+            None,
+        ),
+    ] {
+        conn.execute(
+            "INSERT INTO executions (execution_id, operation_id, round, position, provider,
+                provider_call_id, tool_name, tool_version, args_digest, args_json,
+                downstream_key, requires_approval, status, attempt_count, owner_session,
+                lease_deadline_ms, result_json, created_ms, updated_ms, history)
+             VALUES (?1, 'o', 0, 0, 'custom', 'c', 'pay', 1, ?2, ?3, ?4, 0, ?5, 1, ?6, ?7,
+                ?8, 1, 2, '1|start||executing|1|s' || char(10))",
+            rusqlite::params![
+                id,
+                legacy.digest.as_str(),
+                legacy.json,
+                toolledger::model::ExecutionId::parse(id.as_str())
+                    .unwrap()
+                    .downstream_key()
+                    .as_str(),
+                status,
+                session,
+                lease,
+                result
+            ],
+        )
+        .unwrap();
+    }
+    conn.execute(
+        "INSERT INTO tombstones VALUES ('o:round_0:c3:pay:v1', ?1, 'result_delivered', 5)",
+        [legacy.digest.as_str()],
+    )
+    .unwrap();
+    (committed, running)
+}
+
+#[test]
+fn a_version_3_ledger_migrates_in_place_and_keeps_what_it_promised() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v3.db");
+    let (committed, running) = v3_database(&path);
+    let (ledger, _clock) = open_at(&path);
+    let args = r#"{"account":12345678901234567}"#;
+    let call = |id: &str| spec(id, "pay", args);
+    // The digest version 3 stored still matches the same call: a replay.
+    match ledger.begin(&op("o"), 0, &call("c1")).unwrap() {
+        Begin::Replay(r) => assert_eq!(r.result_json, r#"{"paid":1}"#),
+        other => panic!("{other:?}"),
+    }
+    // The executing row's wall-clock lease (far in the future) no longer
+    // decides anything: its owner's lock is gone, so it is abandoned.
+    match ledger.begin(&op("o"), 0, &call("c2")).unwrap() {
+        Begin::Reconcile(t) => {
+            assert_eq!(t.attempt, 1);
+            assert!(t.unknown_since.is_some(), "its landing window starts now");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The tombstone of version 3 answers under its own digest.
+    assert!(matches!(
+        ledger.begin(&op("o"), 0, &call("c3")).unwrap(),
+        Begin::Failed { .. }
+    ));
+    // A record of version 3 compares as version 3 did (it cannot tell
+    // digits beyond a double apart: documented in the migration) …
+    let other_digits = r#"{"account":12345678901234568}"#;
+    assert!(matches!(
+        ledger
+            .begin(&op("o"), 0, &spec("c1", "pay", other_digits))
+            .unwrap(),
+        Begin::Replay(_)
+    ));
+    // … while a new call is digested exactly: another account number under
+    // the same call id is a conflict, never a replay.
+    assert!(matches!(
+        ledger.begin(&op("o"), 0, &call("c4")).unwrap(),
+        Begin::Execute(_)
+    ));
+    assert!(matches!(
+        ledger
+            .begin(&op("o"), 0, &spec("c4", "pay", other_digits))
+            .unwrap(),
+        Begin::Conflict { .. }
+    ));
+    drop(ledger);
+    // The migrated schema is the fresh one.
+    let fresh = dir.path().join("fresh.db");
+    drop(open_at(&fresh));
+    let schema = |p: &std::path::Path| -> Vec<(String, String, Option<String>)> {
+        let conn = Connection::open(p).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(schema(&path), schema(&fresh));
+    let _ = running;
+    let _ = committed;
+}
+
+#[test]
+fn reopening_keeps_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (ledger, clock) = open_at(&path);
+    let Begin::Execute(t) = ledger.begin(&op("o"), 0, &spec("c", "t", "{}")).unwrap() else {
+        panic!()
+    };
+    ledger.commit(&t.attempt_id(), "[1]", None).unwrap();
+    drop(ledger);
+    for _ in 0..3 {
+        let l = open_with(&path, &clock);
+        assert_eq!(
+            l.get(&t.execution_id)
+                .unwrap()
+                .unwrap()
+                .result_json
+                .as_deref(),
+            Some("[1]")
+        );
+    }
+}
+
+#[test]
+fn a_database_from_a_newer_version_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=DELETE; CREATE TABLE future(x); PRAGMA user_version = 99;",
+        )
+        .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    match Ledger::open(&path, LedgerConfig::default()) {
+        Err(Error::Store(StorageError::IncompatibleVersion {
+            found: 99,
+            supported,
+        })) => {
+            assert_eq!(supported, CURRENT_VERSION)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn a_file_that_is_not_a_database_gives_a_typed_error_and_is_not_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let junk = b"this is a JPEG, honestly. ".repeat(200);
+    std::fs::write(&path, &junk).unwrap();
+    match Ledger::open(&path, LedgerConfig::default()) {
+        Err(Error::Store(StorageError::NotADatabase)) => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), junk);
+}
+
+#[test]
+fn a_corrupt_database_gives_a_typed_error_and_is_not_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    {
+        let (ledger, _c) = open_at(&path);
+        for i in 0..50 {
+            let s = spec(
+                &format!("c{i}"),
+                "t",
+                &format!(r#"{{"pad":"{}"}}"#, "x".repeat(500)),
+            );
+            let _ = ledger.begin(&op("o"), 0, &s).unwrap();
+        }
+        ledger.suspend().unwrap(); // checkpoint everything into the main file
+    }
+    let mut bytes = std::fs::read(&path).unwrap();
+    // Keep the header valid, scribble over the schema page and data pages.
+    for b in bytes.iter_mut().skip(100).take(8000) {
+        *b = 0xA5;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Ledger::open(&path, LedgerConfig::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Store(StorageError::Corrupt) | Error::Store(StorageError::NotADatabase)
+        ),
+        "{err:?}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+#[test]
+fn a_missing_directory_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no/such/dir/l.db");
+    assert!(matches!(
+        Ledger::open(&path, LedgerConfig::default()),
+        Err(Error::Store(StorageError::CannotOpen))
+    ));
+}
