@@ -77,7 +77,10 @@ impl Flusher {
             let store = Arc::downgrade(store);
             *thread = std::thread::Builder::new()
                 .name("toolledger-sync".into())
-                .spawn(move || run(&shared, &store))
+                .spawn({
+                    let deadline = self.deadline;
+                    move || run(&shared, &store, deadline)
+                })
                 .ok();
         }
     }
@@ -94,7 +97,7 @@ impl Flusher {
     }
 }
 
-fn run(shared: &Shared, store: &Weak<Store>) {
+fn run(shared: &Shared, store: &Weak<Store>, deadline: Duration) {
     loop {
         {
             let mut state = lock(&shared.state);
@@ -127,8 +130,45 @@ fn run(shared: &Shared, store: &Weak<Store>) {
         let Some(store) = store.upgrade() else {
             return;
         };
-        // A failed sync (a suspended store synced on suspending; a disk
-        // error) leaves the commit to the next durable write or `suspend()`.
-        let _ = store.sync_deferred();
+        // A suspended store synced on suspending (the sync is refused and
+        // nothing is pending). A sync that failed otherwise (a disk error)
+        // is tried again one deadline later, unless a durable write,
+        // `suspend()` or `sync()` made the commits durable meanwhile.
+        if store.sync_deferred().is_err() && store.has_unsynced() {
+            let mut state = lock(&shared.state);
+            if state.due.is_none() {
+                state.due = Instant::now().checked_add(deadline);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `stop` wakes a thread that sleeps on a far deadline and joins it:
+    /// the thread never outlives its ledger.
+    #[test]
+    fn stop_ends_a_thread_that_waits_for_a_far_deadline() {
+        let store = Arc::new(Store::open_in_memory().expect("in-memory store"));
+        let flusher = Arc::new(Flusher::new(Duration::from_secs(3600)));
+        flusher.arm(&store);
+        assert!(lock(&flusher.thread).is_some(), "the first arm starts it");
+        let (done, stopped) = std::sync::mpsc::channel();
+        let f = flusher.clone();
+        std::thread::spawn(move || {
+            f.stop();
+            let _ = done.send(());
+        });
+        stopped
+            .recv_timeout(Duration::from_secs(10))
+            .expect("stop() joined the thread instead of waiting an hour");
+        assert!(lock(&flusher.thread).is_none());
+        // Stopped for good: arming again starts nothing.
+        flusher.arm(&store);
+        assert!(lock(&flusher.thread).is_none());
+        // The thread held the store only weakly.
+        assert_eq!(Arc::strong_count(&store), 1);
     }
 }
