@@ -21,7 +21,7 @@ use crate::model::{
     ExecutionId, ExecutionRecord, ExecutionStatus, Move, OperationStatus, Transition,
     TransitionEntry,
 };
-use crate::store::{Dao, Durability, StatusFields, Store, StoreStats};
+use crate::store::{Dao, Durability, Store, StoreStats};
 
 /// The ledger's store. Its transactions are reachable only from this module,
 /// through [`Ledger::read`] (which settles the queued marks into what it
@@ -336,14 +336,10 @@ impl Ledger {
         for mark in marks {
             // A row no longer `committed` (delivered meanwhile by another
             // process) is left alone: the guarded move reports false.
-            dao.move_status(
+            dao.deliver(
                 &mark.execution_id,
                 deliver,
-                None,
-                &StatusFields {
-                    attempt: Some(mark.attempt),
-                    ..StatusFields::default()
-                },
+                mark.attempt,
                 self.session_id(),
                 mark.at_ms,
             )?;

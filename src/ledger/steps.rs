@@ -308,7 +308,7 @@ impl Ledger {
             // attempt commits (the general path below explains every other).
             let mv = Move::check(ExecutionStatus::Executing, Transition::Commit)
                 .map_err(|e| Error::transition(&attempt.execution_id, e))?;
-            if let Some((stored_external, op_status)) = dao.commit_running(
+            if dao.commit_running(
                 &attempt.execution_id,
                 mv,
                 attempt.attempt,
@@ -317,18 +317,10 @@ impl Ledger {
                 external_id,
                 now,
             )? {
-                if op_status == Some(OperationStatus::Cancelled) {
-                    let rec = load(dao, &attempt.execution_id)?;
-                    dao.set_operation_status(
-                        &rec.operation_id,
-                        OperationStatus::CancelledAfterSideEffect,
-                        now,
-                    )?;
-                }
                 return Ok(Fenced::Done(StoredResult {
                     execution_id: attempt.execution_id.clone(),
                     result_json: result_json.to_owned(),
-                    external_id: stored_external,
+                    external_id: external_id.map(str::to_owned),
                     partial: false,
                 }));
             }

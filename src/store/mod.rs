@@ -118,6 +118,9 @@ pub struct Store {
     options: StoreOptions,
     /// `meta.ledger_id` of the database opened first (files only).
     ledger_id: Option<String>,
+    /// The `-wal` file of a writable file (built once: every write looks at
+    /// it).
+    wal_file: Option<PathBuf>,
 }
 
 /// An open connection and the identity of the WAL file it writes to.
@@ -315,12 +318,14 @@ impl Store {
         let conn =
             connect(&location, &options, true).map_err(|e| refine_cannot_open(e, &resolved))?;
         let ledger_id = dao::Dao::new(&conn).ledger_id()?;
-        let wal = file_id(&wal_path(&resolved));
+        let wal_file = wal_path(&resolved);
+        let wal = file_id(&wal_file);
         Ok(Store {
             conn: Mutex::new(Some(Open::new(conn, wal))),
             location,
             options,
             ledger_id,
+            wal_file: Some(wal_file),
         })
     }
 
@@ -351,6 +356,7 @@ impl Store {
             location,
             options,
             ledger_id: None,
+            wal_file: None,
         })
     }
 
@@ -366,6 +372,7 @@ impl Store {
             location: Location::Memory,
             options,
             ledger_id: None,
+            wal_file: None,
         })
     }
 
@@ -532,8 +539,8 @@ impl Store {
 
     /// True when the `-wal` file on disk is not the one `open` writes to.
     fn wal_replaced(&self, open: &Open) -> bool {
-        match (&self.location, open.wal) {
-            (Location::File(path), Some(known)) => file_id(&wal_path(path)) != Some(known),
+        match (&self.wal_file, open.wal) {
+            (Some(wal), Some(known)) => file_id(wal) != Some(known),
             _ => false,
         }
     }
@@ -669,6 +676,7 @@ impl Store {
                     location,
                     options: self.options,
                     ledger_id: None,
+                    wal_file: None,
                 })
             }
             _ => Ok(self),
