@@ -491,7 +491,13 @@ impl Store {
             match durability {
                 // Its sync covered every frame written before it.
                 Durability::Full => open.unsynced = false,
-                Durability::Synced => open.sync_wal()?,
+                Durability::Synced => {
+                    // Pending until the sync succeeds: after a failed one
+                    // the next durable write, `sync_deferred` (suspend, the
+                    // deadline thread when armed) syncs it again.
+                    open.unsynced = true;
+                    open.sync_wal()?;
+                }
                 Durability::Deferred => open.unsynced = true,
                 Durability::Lazy => {}
             }
