@@ -452,7 +452,8 @@ pub struct LedgerConfig {
     /// The durability policy: the commit of a call whose downstream dedupes
     /// by a key that outlives reconciliation, or can be looked up, is
     /// written without a sync of its own and made durable by the next
-    /// durable write, `suspend()`, `sync()` or `deferred_deadline_ms` later.
+    /// durable write, `suspend()`, closing the ledger or
+    /// `deferred_deadline_ms` later.
     /// Off: every commit is durable before it returns.
     #[uniffi(default = true)]
     pub deferred_commits: bool,
