@@ -435,10 +435,26 @@ async fn life(args: &WorkerArgs) -> Result<String, String> {
     });
     let op = OperationId::new(args.op.clone()).map_err(|e| e.to_string())?;
 
+    let mut tries = 0;
     let recovered = loop {
         match exec.recover().await {
+            // Live: the storm can suspend the ledger between two rows of
+            // the sweep; those rows are reported failed with the transient
+            // error and a second sweep settles them.
+            Ok(r)
+                if app.live
+                    && tries < LIVE_TRIES
+                    && !r.failed.is_empty()
+                    && r.failed.iter().all(|f| transient(&f.error)) =>
+            {
+                tries += 1;
+                tokio::time::sleep(LIVE_PAUSE).await;
+            }
             Ok(r) => break r,
-            Err(e) if app.live && transient(&e) => tokio::time::sleep(LIVE_PAUSE).await,
+            Err(e) if app.live && transient(&e) && tries < LIVE_TRIES => {
+                tries += 1;
+                tokio::time::sleep(LIVE_PAUSE).await;
+            }
             Err(e) => return Err(format!("recover: {e}")),
         }
     };
