@@ -2,8 +2,8 @@
 //!
 //! Without `--show-args` a line carries ids, tool, status, attempts, flags and
 //! times, never values: no arguments, no result, no external id, no reason.
-//! With `--show-args` it adds `args` and `result` (as JSON), `external_id` and
-//! `reason`, for someone who is allowed to see them. Lines go to stdout or to
+//! With `--show-args` it adds `args` and `result` (the stored JSON, numbers
+//! byte for byte), `external_id` and `reason`, for someone who is allowed to see them. Lines go to stdout or to
 //! `--out <file>`; progress and the summary go to stderr.
 //!
 //! The file is opened read-only and never written (an older schema is read
@@ -80,15 +80,43 @@ pub fn run(args: &ExportArgs) -> CliResult<()> {
     Ok(())
 }
 
-/// Parses stored JSON back into a value (it was canonical when stored).
-fn as_json(text: Option<&str>) -> Value {
-    text.map_or(Value::Null, |t| {
-        serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_owned()))
-    })
+/// Appends stored JSON text (arguments or a result) to `out` as it was
+/// stored, numbers byte for byte (`-0`, integers beyond 64 bits, 17-digit
+/// doubles: a `serde_json::Value` would rewrite them), with the whitespace
+/// between tokens removed so that a line stays one line. Text that is not
+/// JSON (not expected: the ledger checks arguments and results) becomes a
+/// JSON string; no text becomes `null`.
+fn push_stored(out: &mut String, text: Option<&str>) {
+    let Some(text) = text else {
+        out.push_str("null");
+        return;
+    };
+    // Parsed only to check it is JSON; what is written is `text`.
+    if serde_json::from_str::<Value>(text).is_err() {
+        out.push_str(&Value::String(text.to_owned()).to_string());
+        return;
+    }
+    let (mut in_string, mut escaped) = (false, false);
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            out.push(c);
+            in_string = c == '"';
+        }
+    }
 }
 
-fn line(r: &ExecutionRecord, show_args: bool) -> Value {
-    let mut v = json!({
+/// One line of the export: a JSON object (keys sorted), then, with
+/// `show_args`, the values with the stored JSON written verbatim.
+fn line(r: &ExecutionRecord, show_args: bool) -> String {
+    let v = json!({
         "format_version": crate::FORMAT_VERSION,
         "execution_id": r.execution_id.as_str(),
         "operation_id": r.operation_id.as_str(),
@@ -110,11 +138,41 @@ fn line(r: &ExecutionRecord, show_args: bool) -> Value {
         "created_ms": r.created_ms,
         "updated_ms": r.updated_ms,
     });
-    if show_args {
-        v["args"] = as_json(Some(&r.args_json));
-        v["result"] = as_json(r.result_json.as_deref());
-        v["external_id"] = json!(r.external_id);
-        v["reason"] = json!(r.last_reason);
+    let mut text = v.to_string();
+    if show_args && text.ends_with('}') {
+        text.pop();
+        text.push_str(",\"args\":");
+        push_stored(&mut text, Some(&r.args_json));
+        text.push_str(",\"result\":");
+        push_stored(&mut text, r.result_json.as_deref());
+        text.push_str(",\"external_id\":");
+        text.push_str(&json!(r.external_id).to_string());
+        text.push_str(",\"reason\":");
+        text.push_str(&json!(r.last_reason).to_string());
+        text.push('}');
     }
-    v
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_stored;
+
+    fn stored(text: &str) -> String {
+        let mut out = String::new();
+        push_stored(&mut out, Some(text));
+        out
+    }
+
+    #[test]
+    fn stored_json_keeps_its_numbers_and_loses_only_whitespace() {
+        assert_eq!(
+            stored("{\n  \"p\": 224.18827276432074,\n  \"n\": [-0, 18446744073709551617, 1E+2],\n  \"s\": \"a \\\" b\\\\\"\n}"),
+            r#"{"p":224.18827276432074,"n":[-0,18446744073709551617,1E+2],"s":"a \" b\\"}"#
+        );
+        assert_eq!(stored("not json"), r#""not json""#);
+        let mut none = String::new();
+        push_stored(&mut none, None);
+        assert_eq!(none, "null");
+    }
 }

@@ -29,7 +29,8 @@ pub struct ToolResult {
 /// (all-or-nothing: one malformed call fails the whole parse). `round` only
 /// matters for Gemini calls without an id, which get a derived one. Calls
 /// the provider already answered in the response are not returned; a call
-/// that is only partly there (a stream chunk) is refused, never returned:
+/// that is only partly there, or in a Gemini stream chunk before the last
+/// (the API's answer to it may still come), is refused, never returned:
 /// use `ToolCallStream` for streams.
 ///
 /// # Errors

@@ -15,8 +15,9 @@ use super::owners::Liveness;
 use super::retention;
 use super::{CommitSync, Error, Ledger, Result, SWEEP_EVERY};
 use crate::model::{
-    digest_with, ArgsDigest, CanonicalArgs, DigestScheme, ExecutionId, ExecutionIdParts,
-    ExecutionRecord, ExecutionStatus, Monotonic, Move, OperationId, OperationStatus, Transition,
+    as_version_3_parsed, digest_with, ArgsDigest, CanonicalArgs, DigestScheme, ExecutionId,
+    ExecutionIdParts, ExecutionRecord, ExecutionStatus, Monotonic, Move, OperationId,
+    OperationStatus, Transition,
 };
 use crate::store::{Dao, Durability, Fence, NewExecution, StatusFields};
 
@@ -28,20 +29,42 @@ pub(super) struct Prepared<'a> {
 }
 
 impl Prepared<'_> {
-    /// The call's digest under `scheme` (a record stored by schema version 3
-    /// is compared under the scheme it was digested with).
-    fn digest_for(&self, scheme: DigestScheme, ledger: &Ledger) -> Result<ArgsDigest> {
+    /// The call's digest to compare with a stored record's `stored` digest,
+    /// under the record's `scheme`. A record of schema version 3 is compared
+    /// as version 3 digested: numbers as doubles, over the arguments as
+    /// sent or, when that differs from `stored`, over the arguments as
+    /// version 3's parser would have handed them over for the same model
+    /// response ([`as_version_3_parsed`]); a match of either is the same
+    /// request to version 3.
+    fn digest_for(
+        &self,
+        scheme: DigestScheme,
+        stored: &ArgsDigest,
+        ledger: &Ledger,
+    ) -> Result<ArgsDigest> {
+        let legacy = |arguments: &str| {
+            digest_with(
+                DigestScheme::NearestDouble,
+                &self.spec.call.tool_name,
+                self.spec.tool_version,
+                arguments,
+                &ledger.config.json_limits,
+            )
+            .map(|args| args.digest)
+        };
         Ok(match scheme {
             DigestScheme::Exact => self.args.digest.clone(),
             DigestScheme::NearestDouble => {
-                digest_with(
-                    scheme,
-                    &self.spec.call.tool_name,
-                    self.spec.tool_version,
-                    &self.spec.call.arguments,
-                    &ledger.config.json_limits,
-                )?
-                .digest
+                let as_sent = legacy(&self.spec.call.arguments)?;
+                if &as_sent == stored {
+                    return Ok(as_sent);
+                }
+                match as_version_3_parsed(&self.spec.call.arguments)
+                    .and_then(|rewritten| legacy(&rewritten).ok())
+                {
+                    Some(digest) if &digest == stored => digest,
+                    _ => as_sent,
+                }
             }
         })
     }
@@ -123,7 +146,8 @@ impl Ledger {
                 match dao.execution(&p.id)? {
                     Some(rec)
                         if rec.status.is_committed()
-                            && rec.args_digest == p.digest_for(rec.digest_scheme, self)? =>
+                            && rec.args_digest
+                                == p.digest_for(rec.digest_scheme, &rec.args_digest, self)? =>
                     {
                         answers.push(Begin::Replay(StoredResult::of(&rec)));
                     }
@@ -236,7 +260,7 @@ impl Ledger {
                 .iter()
                 .map(|p| match dao.execution(&p.id)? {
                     Some(rec) => {
-                        let digest = p.digest_for(rec.digest_scheme, self)?;
+                        let digest = p.digest_for(rec.digest_scheme, &rec.args_digest, self)?;
                         let (answer, abandoned) = self.answer_existing(
                             dao,
                             rec,
@@ -253,7 +277,8 @@ impl Ledger {
                     None => match dao.tombstone(&p.id)? {
                         // Pruned long ago: refused or reported, never run again.
                         Some(tomb) => {
-                            let digest = p.digest_for(tomb.digest_scheme, self)?;
+                            let digest =
+                                p.digest_for(tomb.digest_scheme, &tomb.args_digest, self)?;
                             Ok(retention::answer_for_tombstone(tomb, &digest))
                         }
                         None if is_cancelled(op_status) => Ok(Begin::Cancelled {

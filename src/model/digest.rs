@@ -10,8 +10,10 @@
 //!
 //! Schema version 3 digested numbers as IEEE-754 doubles
 //! ([`DigestScheme::NearestDouble`]); records it stored keep that scheme and
-//! are compared with it, so a replay of such a call still replays. New
-//! records use [`DigestScheme::Exact`].
+//! are compared with it, so a replay of such a call still replays — also when
+//! the arguments come from today's parser, which keeps numbers that version
+//! 3's parser rewrote ([`as_version_3_parsed`]). New records use
+//! [`DigestScheme::Exact`].
 
 use super::canonical::{
     canonicalize, canonicalize_legacy, write_json_string, JsonError, JsonLimits,
@@ -108,6 +110,28 @@ pub fn digest_with(
     })
 }
 
+/// The arguments as the provider parser of schema version 3 handed them
+/// over: read into a `serde_json::Value` with `serde_json`'s default number
+/// handling and written back. That parser rewrote numbers (`-0` as `-0.0`,
+/// integers beyond 64 bits as doubles, and about one 17-digit double in ten
+/// moved in its last digit: `224.18827276432074` became `…071`, another
+/// double), and version 3 digested what it handed over. Today's parser
+/// keeps the text the model sent, so the same model response gives other
+/// arguments text; comparing a record stored under
+/// [`DigestScheme::NearestDouble`] with this reading too lets the same
+/// request still find it. `None` when `serde_json` does not read the text
+/// (version 3 could not have produced a record from it then).
+///
+/// This depends on `serde_json` keeping its default number handling in this
+/// build: neither `arbitrary_precision` nor `float_roundtrip` may be enabled
+/// in the dependency graph (a test checks it).
+#[must_use]
+pub fn as_version_3_parsed(arguments: &str) -> Option<String> {
+    serde_json::from_str::<serde_json::Value>(arguments)
+        .ok()
+        .map(|value| value.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +192,20 @@ mod tests {
         let got = d("t", 1, r#"{"a":1}"#).digest;
         let expect = ArgsDigest::of_bytes(br#"{"args":{"a":1},"tool":"t","version":1}"#);
         assert_eq!(got, expect);
+    }
+
+    #[test]
+    fn version_3_reading_is_serde_json_default_number_handling() {
+        // If a crate in the graph turns on `float_roundtrip` or
+        // `arbitrary_precision`, these change and records of version 3 could
+        // no longer be recognised: this test is the alarm.
+        assert_eq!(
+            as_version_3_parsed(
+                r#"{"p":224.18827276432074,"n":-0,"b":18446744073709551616,"a":1.50}"#
+            )
+            .as_deref(),
+            Some(r#"{"a":1.5,"b":1.8446744073709552e+19,"n":-0.0,"p":224.18827276432071}"#)
+        );
+        assert_eq!(as_version_3_parsed("{not json"), None);
     }
 }

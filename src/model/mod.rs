@@ -12,7 +12,7 @@ pub mod status;
 
 pub use call::{Provider, ToolCall};
 pub use canonical::{JsonError, JsonLimits};
-pub use digest::{digest_arguments, digest_with, CanonicalArgs, DigestScheme};
+pub use digest::{as_version_3_parsed, digest_arguments, digest_with, CanonicalArgs, DigestScheme};
 pub use ids::{
     ArgsDigest, DownstreamKey, ExecutionId, ExecutionIdParts, IdError, OperationId, SessionId,
 };

@@ -147,14 +147,27 @@ pub enum ProviderError {
     },
     /// A call is not complete: a streamed fragment (Gemini `willContinue` or
     /// `partialArgs`), a function call whose item is still `in_progress` or
-    /// `incomplete` (OpenAI Responses), or the last call of a response cut
-    /// off at the token limit. It is never returned as runnable; assemble
+    /// `incomplete` (OpenAI Responses), a call in a Gemini candidate without
+    /// `finishReason` (a stream chunk: the model has not stopped), or the
+    /// last call of a response cut off at the token limit. It is never returned as runnable; assemble
     /// the stream with [`super::StreamAssembler`] instead.
     #[error("{provider}: the call at `{field}` is incomplete and cannot be run")]
     IncompleteCall {
         /// The provider whose format was expected.
         provider: Provider,
         /// The JSON path of the incomplete call.
+        field: String,
+    },
+    /// A call is left without an answer in a response where the provider
+    /// ran the same tool itself and answered it (Gemini with server-side
+    /// MCP tools): it may be the provider's own call whose answer is
+    /// missing as well as a call for the client, so it is neither run nor
+    /// dropped. The whole response is refused.
+    #[error("{provider}: the call at `{field}` names a tool the provider ran itself in this response, and has no answer")]
+    UnansweredServerCall {
+        /// The provider whose format was expected.
+        provider: Provider,
+        /// The JSON path of the unanswered call.
         field: String,
     },
     /// A stream was finished before its provider's terminal event, or the
@@ -217,6 +230,7 @@ impl ProviderError {
             | ProviderError::InvalidCallId { provider }
             | ProviderError::NoResults { provider }
             | ProviderError::IncompleteCall { provider, .. }
+            | ProviderError::UnansweredServerCall { provider, .. }
             | ProviderError::StreamIncomplete { provider, .. }
             | ProviderError::StreamMismatch { provider, .. }
             | ProviderError::UnsupportedProtocolVersion { provider, .. }

@@ -11,14 +11,21 @@
 //! model turn holds a `functionCall`, the `functionResponse` the API got by
 //! running it, and the final text. A call answered in the same turn is not
 //! the client's to run and is skipped: a `functionResponse` with an `id`
-//! answers the call with that id; one without answers the first unanswered
-//! call of the same name.
+//! answers the call with that id; one without answers the earliest call
+//! before it of the same name that is still unanswered. A call left
+//! unanswered of a tool the API answered in the same turn is refused
+//! (`UnansweredServerCall`): it is as likely the API's call whose answer is
+//! missing as the client's, and neither running it nor dropping it is safe.
 //!
 //! **Streamed fragments.** With `streamFunctionCallArguments`, a call arrives
 //! in pieces: `{name, willContinue: true}`, then `{partialArgs: […],
 //! willContinue: true}` parts, then `{}`. A single response holding such a
 //! piece is refused with `IncompleteCall` (never read as a call with `{}`
-//! arguments); [`super::StreamAssembler`] joins the pieces.
+//! arguments); [`super::StreamAssembler`] joins the pieces. A candidate
+//! without `finishReason` is a stream chunk (the API documents an empty
+//! finish reason as "the model has not stopped generating"), so a call in
+//! it is refused with `IncompleteCall` too: the API's answer to it may come
+//! in a later chunk, which only the assembler sees.
 //!
 //! Gemini often sends no call id. Such a call gets the derived id
 //! `gemini_r{round}_p{position}` with `call_id_derived = true`: stable across
@@ -32,46 +39,81 @@
 //! turn is a content of role `user` ([`super::render_gemini_user_turn`]), the
 //! role the current documentation uses for function responses.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use super::error::ProviderError;
 use super::fields::{
     arguments_from_value, as_object, first, flag, index_path, key_path, non_empty_str, optional,
-    optional_array, required_array, Object, Output, RawCall,
+    optional_array, optional_str, required_array, Object, Output, RawCall,
 };
 use super::json::Json;
 use crate::model::{Provider, ToolCall};
 
 const GEMINI: Provider = Provider::Gemini;
 
-/// The `parts` of the first candidate, with their path; `None` when the
-/// candidate has no content.
-pub(super) fn candidate_parts(root: &Json) -> Result<Option<(&[Json], String)>, ProviderError> {
+/// The first candidate of a response: its `parts` (with their path) and
+/// whether it carries a `finishReason`. No parts when the candidate has no
+/// content.
+struct Candidate<'a> {
+    parts: &'a [Json],
+    parts_path: String,
+    finished: bool,
+}
+
+/// Reads the first candidate of a `generateContent` response.
+fn candidate(root: &Json) -> Result<Candidate<'_>, ProviderError> {
     let obj = as_object(GEMINI, root, "")?;
     let candidates = required_array(GEMINI, obj, "", "candidates")?;
+    let candidate_path = "candidates[0]";
     let candidate = as_object(
         GEMINI,
         first(GEMINI, candidates, "candidates")?,
-        "candidates[0]",
+        candidate_path,
     )?;
-    let Some(content) = optional(candidate, "content") else {
-        return Ok(None);
-    };
+    let finished = optional_str(GEMINI, candidate, candidate_path, "finishReason")?
+        .is_some_and(|reason| !reason.is_empty());
     let content_path = "candidates[0].content";
-    let content = as_object(GEMINI, content, content_path)?;
-    Ok(optional_array(GEMINI, content, content_path, "parts")?
-        .map(|parts| (parts, key_path(content_path, "parts"))))
+    let parts = match optional(candidate, "content") {
+        None => None,
+        Some(content) => {
+            let content = as_object(GEMINI, content, content_path)?;
+            optional_array(GEMINI, content, content_path, "parts")?
+        }
+    };
+    Ok(Candidate {
+        parts: parts.unwrap_or(&[]),
+        parts_path: key_path(content_path, "parts"),
+        finished,
+    })
+}
+
+/// A `functionCall` part of the turn, and whether the API answered it.
+struct TurnCall<'a> {
+    raw: RawCall<'a>,
+    id: Option<&'a str>,
+    name: &'a str,
+    answered: bool,
 }
 
 /// Finds the `functionCall` objects of a `generateContent` response that are
 /// the client's to run.
+///
+/// A `functionResponse` in the turn answers the call with its `id`, or,
+/// without an id, the earliest call before it of the same name not yet
+/// answered. A call left unanswered whose tool the API answered in this
+/// turn (any `functionResponse` of that name) is refused ([`ProviderError::UnansweredServerCall`]): it is the
+/// API's call whose answer is missing as likely as it is the client's. A
+/// candidate without `finishReason` is a stream chunk ("if empty, the model
+/// has not stopped generating"): a call in it is refused as incomplete,
+/// because an answer in a later chunk cannot be seen here.
 pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
-    let Some((parts, parts_path)) = candidate_parts(root)? else {
-        return Ok(Vec::new());
-    };
-    let mut calls = Vec::new();
-    let mut answered_ids = HashSet::new();
-    let mut answered_names: HashMap<&str, usize> = HashMap::new();
+    let Candidate {
+        parts,
+        parts_path,
+        finished,
+    } = candidate(root)?;
+    let mut calls: Vec<TurnCall<'_>> = Vec::new();
+    let mut server_tools: HashSet<&str> = HashSet::new();
     for (index, part) in parts.iter().enumerate() {
         let part_path = index_path(&parts_path, index);
         let part = as_object(GEMINI, part, &part_path)?;
@@ -79,34 +121,50 @@ pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
             let path = key_path(&part_path, "functionCall");
             let item = as_object(GEMINI, call, &path)?;
             check_complete(item, &path)?;
-            calls.push(RawCall { path, item });
+            let id = given_id(item, &path)?;
+            let name = non_empty_str(GEMINI, item, &path, "name")?;
+            calls.push(TurnCall {
+                raw: RawCall { path, item },
+                id,
+                name,
+                answered: false,
+            });
         }
         if let Some(response) = optional(part, "functionResponse") {
             let path = key_path(&part_path, "functionResponse");
             let response = as_object(GEMINI, response, &path)?;
-            match given_id(response, &path)? {
-                Some(id) => {
-                    answered_ids.insert(id);
-                }
-                None => {
-                    let name = non_empty_str(GEMINI, response, &path, "name")?;
-                    *answered_names.entry(name).or_default() += 1;
-                }
+            let id = given_id(response, &path)?;
+            let name = non_empty_str(GEMINI, response, &path, "name")?;
+            let answered = match id {
+                Some(id) => calls.iter_mut().find(|call| call.id == Some(id)),
+                None => calls
+                    .iter_mut()
+                    .find(|call| !call.answered && call.name == name),
+            };
+            if let Some(call) = answered {
+                call.answered = true;
             }
+            server_tools.insert(name);
         }
     }
     let mut found = Vec::with_capacity(calls.len());
-    for raw in calls {
-        let id = given_id(raw.item, &raw.path)?;
-        if id.is_some_and(|id| answered_ids.contains(id)) {
+    for call in calls {
+        if call.answered {
             continue;
         }
-        let name = non_empty_str(GEMINI, raw.item, &raw.path, "name")?;
-        if let Some(count) = answered_names.get_mut(name).filter(|count| **count > 0) {
-            *count -= 1;
-            continue;
+        if server_tools.contains(call.name) {
+            return Err(ProviderError::UnansweredServerCall {
+                provider: GEMINI,
+                field: call.raw.path,
+            });
         }
-        found.push(raw);
+        if !finished {
+            return Err(ProviderError::IncompleteCall {
+                provider: GEMINI,
+                field: call.raw.path,
+            });
+        }
+        found.push(call.raw);
     }
     Ok(found)
 }
@@ -285,7 +343,7 @@ mod tests {
                 field: "candidates[0].content.parts[1].functionCall.name".into()
             })
         );
-        let list_args = r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"f","args":[1]}}]}}]}"#;
+        let list_args = r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"f","args":[1]}}]},"finishReason":"STOP"}]}"#;
         assert_eq!(
             parse(list_args, 0),
             Err(ProviderError::WrongType {
@@ -358,22 +416,103 @@ mod tests {
                 0
             )]
         );
-        // An id-less response answers one call of its name, in order.
+        // An id-less response answers the earliest unanswered call of its
+        // name before it; several answers, several calls.
         let twice = r#"{"candidates":[{"content":{"role":"model","parts":[
             {"functionCall":{"name":"ping","args":{"n":1}}},
+            {"functionResponse":{"name":"ping","response":{"ok":true}}},
             {"functionCall":{"name":"ping","args":{"n":2}}},
-            {"functionResponse":{"name":"ping","response":{"ok":true}}}]}}]}"#;
+            {"functionResponse":{"name":"ping","response":{"ok":true}}},
+            {"functionCall":{"name":"pong"}}]},"finishReason":"STOP"}]}"#;
         assert_eq!(
             parse(twice, 0).unwrap(),
-            vec![call("gemini_r0_p0", true, "ping", r#"{"n":2}"#, 0)]
+            vec![call("gemini_r0_p0", true, "pong", "{}", 0)]
         );
-        // A response with another id answers nothing.
+        // A response with another id answers nothing, but says the API runs
+        // `ping`: the unanswered `ping` call is refused, not run.
         let other = r#"{"candidates":[{"content":{"role":"model","parts":[
             {"functionCall":{"id":"a","name":"ping"}},
-            {"functionResponse":{"id":"b","name":"ping","response":{}}}]}}]}"#;
+            {"functionResponse":{"id":"b","name":"ping","response":{}}}]},"finishReason":"STOP"}]}"#;
         assert_eq!(
-            parse(other, 0).unwrap(),
-            vec![call("a", false, "ping", "{}", 0)]
+            parse(other, 0),
+            Err(ProviderError::UnansweredServerCall {
+                provider: GEMINI,
+                field: "candidates[0].content.parts[0].functionCall".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_call_of_a_tool_the_api_ran_without_its_answer_is_refused() {
+        // Two calls of a server tool, one answer: which call is the API's is
+        // unknowable, so nothing of the response is returned.
+        let one_answer = r#"{"candidates":[{"content":{"role":"model","parts":[
+            {"functionCall":{"name":"ping","args":{"n":1}}},
+            {"functionCall":{"name":"ping","args":{"n":2}}},
+            {"functionResponse":{"name":"ping","response":{"ok":true}}},
+            {"functionCall":{"name":"pong"}}]},"finishReason":"STOP"}]}"#;
+        assert_eq!(
+            parse(one_answer, 0),
+            Err(ProviderError::UnansweredServerCall {
+                provider: GEMINI,
+                field: "candidates[0].content.parts[1].functionCall".into()
+            })
+        );
+        // An answer never reaches back to a later call of its name.
+        let answer_first = r#"{"candidates":[{"content":{"role":"model","parts":[
+            {"functionResponse":{"name":"ping","response":{"ok":true}}},
+            {"functionCall":{"name":"ping"}}]},"finishReason":"STOP"}]}"#;
+        assert_eq!(
+            parse(answer_first, 0),
+            Err(ProviderError::UnansweredServerCall {
+                provider: GEMINI,
+                field: "candidates[0].content.parts[1].functionCall".into()
+            })
+        );
+        // An answer by id to an earlier call is matched across other parts.
+        let by_id = r#"{"candidates":[{"content":{"role":"model","parts":[
+            {"functionCall":{"id":"s1","name":"lookup","args":{"q":"x"}}},
+            {"functionCall":{"id":"c1","name":"pay","args":{"cents":100}}},
+            {"functionResponse":{"id":"s1","name":"lookup","response":{}}}]},"finishReason":"STOP"}]}"#;
+        assert_eq!(
+            parse(by_id, 0).unwrap(),
+            vec![call("c1", false, "pay", r#"{"cents":100}"#, 0)]
+        );
+    }
+
+    #[test]
+    fn a_candidate_that_has_not_finished_holds_no_runnable_call() {
+        // A stream chunk: whole call, no finishReason. The API's answer may
+        // be in the next chunk, so the call is not handed out.
+        let chunk = r#"{"candidates":[{"content":{"role":"model","parts":[
+            {"text":"Checking."},
+            {"functionCall":{"name":"get_forecast","args":{"city":"Oslo"}}}]}}]}"#;
+        assert_eq!(
+            parse(chunk, 0),
+            Err(ProviderError::IncompleteCall {
+                provider: GEMINI,
+                field: "candidates[0].content.parts[1].functionCall".into()
+            })
+        );
+        // An empty finishReason is no finish reason.
+        let empty = chunk.replace("]}}]}", r#"]},"finishReason":""}]}"#);
+        assert!(matches!(
+            parse(&empty, 0),
+            Err(ProviderError::IncompleteCall { .. })
+        ));
+        // Text alone without a finishReason holds no call either way.
+        let text = r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"Hi"}]}}]}"#;
+        assert_eq!(parse(text, 0).unwrap(), vec![]);
+        let finished = chunk.replace("]}}]}", r#"]},"finishReason":"STOP"}]}"#);
+        assert_eq!(
+            parse(&finished, 0).unwrap(),
+            vec![call(
+                "gemini_r0_p0",
+                true,
+                "get_forecast",
+                r#"{"city":"Oslo"}"#,
+                0
+            )]
         );
     }
 
@@ -397,7 +536,7 @@ mod tests {
             })
         );
         let finished = r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":
-            {"name":"f","args":{"a":1},"willContinue":false}}]}}]}"#;
+            {"name":"f","args":{"a":1},"willContinue":false}}]},"finishReason":"STOP"}]}"#;
         assert_eq!(
             parse(finished, 0).unwrap(),
             vec![call("gemini_r0_p0", true, "f", r#"{"a":1}"#, 0)]

@@ -112,9 +112,10 @@ pub struct ToolResultContent {
 /// returned. For OpenAI Responses, the tool name of a call made inside a
 /// `namespace` is `namespace.name`. A document that is one chunk of a stream
 /// is parsed as a whole response: a call it holds only in part is refused
-/// with [`ProviderError::IncompleteCall`], never returned, and an answer
-/// that arrives in a later chunk cannot be seen: use [`StreamAssembler`] for
-/// streams.
+/// with [`ProviderError::IncompleteCall`], never returned, and so is any
+/// call of a Gemini candidate without `finishReason` (the model had not
+/// stopped: the API's answer to it may come in a later chunk). Use
+/// [`StreamAssembler`] for streams.
 ///
 /// # Errors
 ///
@@ -128,6 +129,8 @@ pub struct ToolResultContent {
 ///   [`ProviderError::ArgumentsNotJson`], [`ProviderError::UnknownBlockType`],
 ///   [`ProviderError::UnsupportedMethod`] naming the first malformed field;
 /// * [`ProviderError::IncompleteCall`] for a call that is not complete;
+/// * [`ProviderError::UnansweredServerCall`] for a Gemini call left
+///   unanswered of a tool the API answered in the same turn;
 /// * [`ProviderError::UnsupportedProtocolVersion`] for an MCP request that
 ///   declares a protocol version this module does not know;
 /// * [`ProviderError::DuplicateCallId`] when two calls share an id.

@@ -123,6 +123,82 @@ fn v3_database(path: &std::path::Path) -> (String, String) {
 }
 
 #[test]
+fn a_call_stored_by_version_3_replays_when_the_parser_now_keeps_its_numbers() {
+    // Version 3's parser read arguments through `serde_json::Value`, so the
+    // stored arguments text of a call has its numbers rewritten. Today's
+    // parser hands over the numbers as sent. The same model response must
+    // still find its stored execution: a replay, not a second run.
+    use toolledger::model::Provider;
+    use toolledger::provider::{parse_tool_calls, ParseLimits};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v3.db");
+    v3_database(&path);
+    let sent =
+        r#"{"amount": 1249.90, "n": -0, "big": 18446744073709551616, "p": 224.18827276432074}"#;
+    let response = format!(
+        r#"{{"choices":[{{"index":0,"message":{{"role":"assistant","tool_calls":[{{"id":"c9","type":"function","function":{{"name":"pay","arguments":{}}}}}]}},"finish_reason":"tool_calls"}}]}}"#,
+        serde_json::to_string(sent).unwrap()
+    );
+    // What version 3 stored, and what is parsed now.
+    let then = serde_json::from_str::<serde_json::Value>(sent)
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        then,
+        r#"{"amount":1249.9,"big":1.8446744073709552e+19,"n":-0.0,"p":224.18827276432071}"#
+    );
+    let [now] = <[_; 1]>::try_from(
+        parse_tool_calls(Provider::OpenAiChat, &response, 0, &ParseLimits::default()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        now.arguments,
+        r#"{"amount":1249.90,"big":18446744073709551616,"n":-0,"p":224.18827276432074}"#
+    );
+    let legacy = toolledger::model::digest_with(
+        toolledger::model::DigestScheme::NearestDouble,
+        "pay",
+        1,
+        &then,
+        &Default::default(),
+    )
+    .unwrap();
+    let conn = Connection::open(&path).unwrap();
+    conn.execute(
+        "INSERT INTO executions (execution_id, operation_id, round, position, provider,
+            provider_call_id, tool_name, tool_version, args_digest, args_json,
+            downstream_key, requires_approval, status, attempt_count, owner_session,
+            lease_deadline_ms, result_json, created_ms, updated_ms, history)
+         VALUES ('o:round_0:c9:pay:v1', 'o', 0, 0, 'openai_chat', 'c9', 'pay', 1, ?1, ?2,
+            ?3, 0, 'committed', 1, NULL, NULL, '{\"paid\":1249.90}', 1, 2,
+            '1|start||executing|1|s' || char(10))",
+        rusqlite::params![
+            legacy.digest.as_str(),
+            then,
+            toolledger::model::ExecutionId::parse("o:round_0:c9:pay:v1")
+                .unwrap()
+                .downstream_key()
+                .as_str(),
+        ],
+    )
+    .unwrap();
+    drop(conn);
+    let (ledger, _clock) = open_at(&path);
+    let call = toolledger::ledger::CallSpec::new(now, 1);
+    match ledger.begin(&op("o"), 0, &call).unwrap() {
+        Begin::Replay(r) => assert_eq!(r.result_json, r#"{"paid":1249.90}"#),
+        other => panic!("{other:?}"),
+    }
+    // Other arguments under the same id are still a conflict, never a replay.
+    let mut other = call.clone();
+    other.call.arguments = other.call.arguments.replace("1249.90", "1249.91");
+    assert!(matches!(
+        ledger.begin(&op("o"), 0, &other).unwrap(),
+        Begin::Conflict { .. }
+    ));
+}
+
+#[test]
 fn a_version_3_ledger_migrates_in_place_and_keeps_what_it_promised() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v3.db");

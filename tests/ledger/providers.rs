@@ -628,8 +628,9 @@ fn gemini_partial_args_join_into_calls() {
 #[test]
 fn gemini_server_answers_in_a_later_chunk_still_count() {
     // Server-side MCP, streamed: the call and the API's answer arrive in
-    // different chunks. Parsed alone, the first chunk cannot know the call
-    // was answered; assembled, it is skipped.
+    // different chunks. Parsed alone, the first chunk cannot know whether the
+    // call will be answered, so (no finishReason: the model has not stopped)
+    // it is refused, never handed out; assembled, the call is skipped.
     let gemini = Provider::Gemini;
     let stream = [
         r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"get_forecast","args":{"city":"Oslo"}}}]}}]}"#,
@@ -638,22 +639,78 @@ fn gemini_server_answers_in_a_later_chunk_still_count() {
     ];
     assert_eq!(assemble(gemini, &stream).unwrap(), vec![]);
     assert_eq!(
-        parse_tool_calls(gemini, stream[0], 0, &ParseLimits::default())
-            .unwrap()
-            .len(),
-        1
+        parse_tool_calls(gemini, stream[0], 0, &ParseLimits::default()),
+        Err(ProviderError::IncompleteCall {
+            provider: gemini,
+            field: "candidates[0].content.parts[0].functionCall".into()
+        })
     );
+    // Every chunk parsed on its own: no call is ever returned.
+    for chunk in stream {
+        assert!(!matches!(
+            parse_tool_calls(gemini, chunk, 0, &ParseLimits::default()),
+            Ok(calls) if !calls.is_empty()
+        ));
+    }
+}
+
+#[tokio::test]
+async fn a_gemini_stream_with_server_calls_runs_only_the_clients_call_once() {
+    // Server-side MCP and streamed arguments in one stream: two calls the
+    // API ran (answered one and two chunks later), then the client's call
+    // in pieces. Tools of the server calls' names are registered here too:
+    // they must never run.
+    let gemini = Provider::Gemini;
+    let stream = chunks("gemini_server_mcp_stream");
+    for (index, chunk) in stream.iter().enumerate() {
+        let parsed = parse_tool_calls(gemini, chunk, 5, &ParseLimits::default());
+        assert!(
+            !matches!(parsed, Ok(ref calls) if !calls.is_empty()),
+            "chunk {index} alone gave a call"
+        );
+    }
+    let assembled = assemble(gemini, &stream).unwrap();
+    assert_eq!(
+        assembled,
+        vec![call(
+            gemini,
+            "fc-pay-31",
+            false,
+            "transfer_funds",
+            r#"{"amount":224.18827276432074,"iban":"PT50 0002 0123 1234 5678 9015 4","reference":18446744073709551617}"#,
+            0
+        )]
+    );
+    let (exec, performs) = executor();
+    let op = OperationId::new("op_gemini_stream").unwrap();
+    let first = exec.execute_round(&op, 2, assembled.clone()).await.unwrap();
+    let echoed = first[0].result_json().unwrap();
+    assert!(
+        echoed.ends_with(&format!(r#""echo":{}}}"#, assembled[0].arguments)),
+        "the tool got the arguments byte for byte"
+    );
+    let effects = || performs.lock().unwrap().values().sum::<u32>();
+    assert_eq!(effects(), 1, "only transfer_funds ran");
+    // The stream again (a retry after a crash): a replay, nothing runs.
+    let again = assemble(gemini, &stream).unwrap();
+    let second = exec.execute_round(&op, 2, again).await.unwrap();
+    assert!(matches!(
+        second[0],
+        CallOutcome::Completed { replayed: true, .. }
+    ));
+    assert_eq!(effects(), 1);
 }
 
 #[test]
 fn no_chunk_with_a_partial_call_parses_as_a_call() {
-    // Parsed one by one, the Gemini chunks give either no calls, the whole
-    // call of a chunk, or a refusal: never the streamed call with missing
-    // arguments.
+    // Parsed one by one, the Gemini chunks give either no calls or a
+    // refusal: never the streamed call with missing arguments, and not even
+    // the whole call of chunk 6 (no finishReason: the model had not stopped,
+    // an answer from the API could still follow).
     for (index, chunk) in chunks("gemini_stream").iter().enumerate() {
         let parsed = parse_tool_calls(Provider::Gemini, chunk, 2, &ParseLimits::default());
         match index {
-            1..=4 => assert!(
+            1..=4 | 6 => assert!(
                 matches!(parsed, Err(ProviderError::IncompleteCall { .. })),
                 "chunk {index}: {parsed:?}"
             ),
@@ -661,7 +718,6 @@ fn no_chunk_with_a_partial_call_parses_as_a_call() {
                 matches!(parsed, Err(ProviderError::MissingField { ref field, .. }) if field.ends_with("functionCall.name")),
                 "chunk {index}: {parsed:?}"
             ),
-            6 => assert_eq!(parsed.unwrap().len(), 1),
             _ => assert_eq!(parsed.unwrap(), vec![]),
         }
     }
@@ -1151,7 +1207,7 @@ fn payloads(args: &str) -> Vec<(Provider, String)> {
         (
             Provider::Gemini,
             format!(
-                r#"{{"candidates":[{{"content":{{"role":"model","parts":[{{"functionCall":{{"id":"c","name":"f","args":{args}}}}}]}}}}]}}"#
+                r#"{{"candidates":[{{"content":{{"role":"model","parts":[{{"functionCall":{{"id":"c","name":"f","args":{args}}}}}]}},"finishReason":"STOP"}}]}}"#
             ),
         ),
         (
@@ -1161,6 +1217,88 @@ fn payloads(args: &str) -> Vec<(Provider, String)> {
             ),
         ),
     ]
+}
+
+/// The message each provider of [`payloads`] (in that order) renders for the
+/// object result whose compact text is `compact`, answering call `c` of `f`.
+fn rendered_forms(compact: &str) -> [String; 5] {
+    let text = quoted(compact);
+    [
+        format!(r#"{{"role":"tool","tool_call_id":"c","content":{text}}}"#),
+        format!(r#"{{"type":"function_call_output","call_id":"c","output":{text}}}"#),
+        format!(r#"{{"type":"tool_result","tool_use_id":"c","content":{text}}}"#),
+        format!(r#"{{"functionResponse":{{"id":"c","name":"f","response":{compact}}}}}"#),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"c","result":{{"content":[{{"type":"text","text":{text}}}],"structuredContent":{compact},"isError":false}}}}"#
+        ),
+    ]
+}
+
+/// A side-effecting tool `f` that keeps the arguments text it was handed
+/// and answers with a fixed result text.
+struct Exact {
+    seen: Arc<Mutex<Vec<String>>>,
+    result_json: String,
+}
+
+#[async_trait]
+impl ToolHandler for Exact {
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            idempotency_key: true,
+            ..ToolDescriptor::side_effect("f", 1)
+        }
+    }
+    async fn perform(&self, req: ToolRequest) -> Result<PerformOutcome, ToolError> {
+        self.seen.lock().unwrap().push(req.arguments_json.clone());
+        Ok(PerformOutcome::Committed {
+            result_json: self.result_json.clone(),
+            external_id: None,
+        })
+    }
+}
+
+/// One call of `provider`'s `payload` through a file-backed ledger: the
+/// arguments text the tool was handed, and the rendered result of the first
+/// run and of the replay after reopening the file (when nothing runs).
+fn through_the_ledger(
+    provider: Provider,
+    payload: &str,
+    result_json: &str,
+) -> (String, String, String) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("numbers.db");
+    let op = OperationId::new("op_numbers").unwrap();
+    let run = |seen: &Arc<Mutex<Vec<String>>>| {
+        let ledger = Ledger::open(&path, LedgerConfig::default()).unwrap();
+        let exec = Executor::new(Arc::new(ledger), ExecutorConfig::default());
+        exec.register(Arc::new(Exact {
+            seen: seen.clone(),
+            result_json: result_json.to_owned(),
+        }))
+        .unwrap();
+        let call = parse_one(provider, payload);
+        let outcomes = runtime
+            .block_on(exec.execute_round(&op, 0, vec![call.clone()]))
+            .unwrap();
+        let output_json = outcomes[0].result_json().unwrap().to_owned();
+        render_tool_result(&call, &stored(output_json)).unwrap()
+    };
+    let first_seen = Arc::new(Mutex::new(Vec::new()));
+    let first = run(&first_seen);
+    let replay_seen = Arc::new(Mutex::new(Vec::new()));
+    let replayed = run(&replay_seen);
+    assert!(
+        replay_seen.lock().unwrap().is_empty(),
+        "a replay runs nothing"
+    );
+    let mut seen = first_seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "the tool ran once");
+    (seen.remove(0), first, replayed)
 }
 
 fn parse_one(provider: Provider, payload: &str) -> ToolCall {
@@ -1199,16 +1337,7 @@ proptest! {
             .into_iter()
             .map(|(provider, payload)| parse_one(provider, &payload))
             .collect();
-        let expected = [
-            format!(r#"{{"role":"tool","tool_call_id":"c","content":{text}}}"#),
-            format!(r#"{{"type":"function_call_output","call_id":"c","output":{text}}}"#),
-            format!(r#"{{"type":"tool_result","tool_use_id":"c","content":{text}}}"#),
-            format!(r#"{{"functionResponse":{{"id":"c","name":"f","response":{compact}}}}}"#),
-            format!(
-                r#"{{"jsonrpc":"2.0","id":"c","result":{{"content":[{{"type":"text","text":{text}}}],"structuredContent":{compact},"isError":false}}}}"#
-            ),
-        ];
-        for (call, expected) in calls.iter().zip(expected) {
+        for (call, expected) in calls.iter().zip(rendered_forms(&compact)) {
             prop_assert_eq!(render_tool_result(call, &stored(result.clone())).unwrap(), expected);
         }
         // A bare number result: as text for the text-only formats, wrapped
@@ -1241,6 +1370,28 @@ proptest! {
             rendered,
             format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"ok"}}],"isError":false}}}}"#)
         );
+    }
+}
+
+proptest! {
+    // Each case opens a SQLite file ten times (five providers, run and
+    // replay): fewer cases than the parser-only properties above.
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn numbers_cross_the_ledger_unchanged(n in number(), m in number()) {
+        // Payload → parse → begin (digest) → the tool's arguments; the
+        // tool's result → committed in SQLite → rendered, and after a
+        // reopen replayed and rendered again: byte for byte every time.
+        let args = format!(r#"{{"n": {n}, "list": [{m}, -0, 224.18827276432074]}}"#);
+        let expected_args = format!(r#"{{"list":[{m},-0,224.18827276432074],"n":{n}}}"#);
+        let result = format!(r#"{{"a":[{m},18446744073709551617],"v":{n}}}"#);
+        for ((provider, payload), expected) in payloads(&args).into_iter().zip(rendered_forms(&result)) {
+            let (handed, first, replayed) = through_the_ledger(provider, &payload, &result);
+            prop_assert_eq!(&handed, &expected_args, "{}", provider);
+            prop_assert_eq!(&first, &expected, "{}", provider);
+            prop_assert_eq!(&replayed, &expected, "{}", provider);
+        }
     }
 }
 

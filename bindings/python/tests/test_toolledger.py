@@ -726,6 +726,55 @@ def test_a_streamed_response_is_assembled_into_whole_calls():
         tl.ToolCallStream(tl.Provider.MCP, 0)  # MCP does not stream calls
 
 
+# Written as text, not through json.dumps: the numbers must arrive as typed.
+GEMINI_STREAM = [
+    # A server-side MCP call and, one chunk later, the API's answer.
+    '{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"get_forecast","args":{"city":"Oslo"}}}]}}]}',
+    '{"candidates":[{"content":{"role":"model","parts":[{"functionResponse":{"name":"get_forecast","response":{"sky":"clear"}}}]}}]}',
+    # A client call whose arguments stream in pieces.
+    '{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"id":"fc-1","name":"pay","willContinue":true}}]}}]}',
+    '{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"partialArgs":['
+    '{"jsonPath":"$.amount","numberValue":224.18827276432074},'
+    '{"jsonPath":"$.ref","numberValue":18446744073709551617},'
+    '{"jsonPath":"$.adjust","numberValue":-0}],"willContinue":true}}]}}]}',
+    '{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{}}]}}]}',
+    '{"candidates":[{"content":{"role":"model","parts":[{"text":"Paid."}]},"finishReason":"STOP"}]}',
+]
+
+
+def test_a_gemini_stream_gives_only_the_clients_whole_calls_with_exact_numbers():
+    # Chunk by chunk, no chunk is ever a runnable call: the server's call has
+    # no finishReason yet, the streamed one is in pieces.
+    for chunk in GEMINI_STREAM:
+        try:
+            assert tl.parse_tool_calls(tl.Provider.GEMINI, chunk, 0) == []
+        except tl.LedgerError.InvalidInput:
+            pass
+    stream = tl.ToolCallStream(tl.Provider.GEMINI, 0)
+    for chunk in GEMINI_STREAM:
+        stream.push(chunk)
+    assert stream.is_complete() is True
+    [call] = stream.finish()  # get_forecast was answered by the API: not ours
+    assert (call.call_id, call.tool_name, call.call_id_derived) == ("fc-1", "pay", False)
+    assert call.arguments == '{"adjust":-0,"amount":224.18827276432074,"ref":18446744073709551617}'
+    rendered = tl.render_tool_result(call, '{"charged": 224.18827276432074, "fee": -0}', False)
+    assert rendered == (
+        '{"functionResponse":{"id":"fc-1","name":"pay",'
+        '"response":{"charged":224.18827276432074,"fee":-0}}}'
+    )
+
+
+def test_a_gemini_call_of_a_tool_the_api_ran_without_its_answer_is_refused():
+    whole = (
+        '{"candidates":[{"content":{"role":"model","parts":['
+        '{"functionCall":{"name":"lookup","args":{"q":1}}},'
+        '{"functionCall":{"name":"lookup","args":{"q":2}}},'
+        '{"functionResponse":{"name":"lookup","response":{}}}]},"finishReason":"STOP"}]}'
+    )
+    with pytest.raises(tl.LedgerError.InvalidInput):
+        tl.parse_tool_calls(tl.Provider.GEMINI, whole, 0)
+
+
 MCP_REQUEST_2026 = {
     "jsonrpc": "2.0",
     "id": 5,
