@@ -120,6 +120,9 @@ pub struct Plan {
 
 /// A fresh ledger, created and closed cleanly once per test process: the
 /// bytes of its database file.
+/// The calls of one step, each with its kind and true class.
+type StepCalls = Vec<(Kind, Class, ToolCall)>;
+
 fn template() -> Result<Vec<u8>, String> {
     static TEMPLATE: std::sync::OnceLock<Result<Vec<u8>, String>> = std::sync::OnceLock::new();
     TEMPLATE
@@ -165,7 +168,7 @@ impl Plan {
 
     /// Every logical call of the plan: (step, calls with their kind and true
     /// class), in order.
-    fn calls(&self) -> Vec<(usize, Vec<(Kind, Class, ToolCall)>)> {
+    fn calls(&self) -> Vec<(usize, StepCalls)> {
         self.steps
             .iter()
             .enumerate()
