@@ -4,7 +4,8 @@
 //! Each schedule runs two to three sessions ("processes") of one app over
 //! one file. They run the same eight logical calls (two operations × one
 //! tool of each downstream class: idempotency key, lookup, neither, and an
-//! independent batch of five items under keys) concurrently, while the
+//! independent batch of five items under keys; the key and lookup tools'
+//! commits are deferred by the durability policy) concurrently, while the
 //! schedule suspends and resumes them, steps their wall clocks forwards and
 //! back, kills them (a dead process's requests stay on the wire), reboots
 //! the machine, cancels operations and lets the app resolve unknown
@@ -203,6 +204,10 @@ impl ToolHandler for SimTool {
                 BatchMode::Atomic
             },
             landing_window: Duration::from_millis(WINDOW_MS),
+            // The key tool's keys never expire, so its commit is deferred
+            // (as the lookup tool's is): the durability policy runs under
+            // live owners too. The batch's keys are undeclared: durable.
+            key_lifetime: (self.class == Class::Key).then_some(Duration::MAX),
             ..ToolDescriptor::side_effect(self.class.tool(), 1)
         }
     }

@@ -338,6 +338,9 @@ mod tests {
             },
             tool_version: 1,
             requires_approval: false,
+            idempotency_key: false,
+            lookup: false,
+            key_lifetime_ms: None,
         };
         match ledger
             .begin(
@@ -363,6 +366,9 @@ mod tests {
             busy_timeout_ms: 5_000,
             max_json_depth: 64,
             max_json_bytes: 1 << 20,
+            deferred_commits: true,
+            deferred_deadline_ms: 1_000,
+            reconcile_within_ms: None,
         };
         let ledger = Ledger::open(path, config, None).unwrap();
         let (primary, first, second) = (

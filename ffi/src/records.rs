@@ -109,6 +109,18 @@ pub struct CallSpec {
     /// Whether a human must approve these exact arguments first.
     #[uniffi(default = false)]
     pub requires_approval: bool,
+    /// The tool's downstream deduplicates requests by the downstream key.
+    #[uniffi(default = false)]
+    pub idempotency_key: bool,
+    /// The tool can look an effect up downstream.
+    #[uniffi(default = false)]
+    pub lookup: bool,
+    /// How long the downstream honours a key, in ms (`u64::MAX`: for
+    /// ever; none: not declared). With a lookup, or a key that outlives any
+    /// reconciliation, `commit` costs no sync of its own: see the ledger's
+    /// durability policy.
+    #[uniffi(default = None)]
+    pub key_lifetime_ms: Option<u64>,
 }
 
 impl From<CallSpec> for ledger::CallSpec {
@@ -117,7 +129,21 @@ impl From<CallSpec> for ledger::CallSpec {
             call: s.call.into(),
             tool_version: s.tool_version,
             requires_approval: s.requires_approval,
+            downstream: ledger::Downstream {
+                idempotency_key: s.idempotency_key,
+                lookup: s.lookup,
+                key_lifetime: s.key_lifetime_ms.map(lifetime),
+            },
         }
+    }
+}
+
+/// A key lifetime in ms as the core reads it (`u64::MAX`: for ever).
+pub(crate) fn lifetime(ms: u64) -> Duration {
+    if ms == u64::MAX {
+        Duration::MAX
+    } else {
+        Duration::from_millis(ms)
     }
 }
 
@@ -431,6 +457,22 @@ pub struct LedgerConfig {
     /// Largest accepted argument or result JSON, in bytes.
     #[uniffi(default = 1048576)]
     pub max_json_bytes: u64,
+    /// The durability policy: the commit of a call whose downstream dedupes
+    /// by a key that outlives reconciliation, or can be looked up, is
+    /// written without a sync of its own and made durable by the next
+    /// durable write, `suspend()`, closing the ledger or
+    /// `deferred_deadline_ms` later.
+    /// Off: every commit is durable before it returns.
+    #[uniffi(default = true)]
+    pub deferred_commits: bool,
+    /// The longest a deferred commit stays without a sync, in ms.
+    #[uniffi(default = 1000)]
+    pub deferred_deadline_ms: u64,
+    /// How soon after any restart the app is sure to call `recover()`, in
+    /// ms; none: nothing promised (then only keys that never expire let a
+    /// key-only tool defer its commit).
+    #[uniffi(default = None)]
+    pub reconcile_within_ms: Option<u64>,
 }
 
 impl From<LedgerConfig> for ledger::LedgerConfig {
@@ -444,6 +486,12 @@ impl From<LedgerConfig> for ledger::LedgerConfig {
                 max_depth: usize::try_from(c.max_json_depth).unwrap_or(usize::MAX),
                 max_bytes: usize::try_from(c.max_json_bytes).unwrap_or(usize::MAX),
             },
+            deferred_commits: ledger::DeferredCommits {
+                enabled: c.deferred_commits,
+                deadline: lifetime(c.deferred_deadline_ms),
+                reconcile_within: c.reconcile_within_ms.map(Duration::from_millis),
+            },
+            sqlite_vfs: None,
         }
     }
 }
@@ -460,5 +508,8 @@ mod tests {
         assert_eq!(core.busy_timeout, Duration::from_millis(5000));
         assert_eq!(core.json_limits.max_depth, 64);
         assert_eq!(core.json_limits.max_bytes, 1048576);
+        assert!(core.deferred_commits.enabled);
+        assert_eq!(core.deferred_commits.deadline, Duration::from_millis(1000));
+        assert_eq!(core.deferred_commits.reconcile_within, None);
     }
 }

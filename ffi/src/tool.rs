@@ -62,6 +62,12 @@ pub struct ToolDescriptor {
     /// a downstream that dedupes by key).
     #[uniffi(default = 120000)]
     pub landing_window_ms: u64,
+    /// How long the downstream honours an idempotency key after its first
+    /// request, in ms (its idempotency window); `u64::MAX` when keys never
+    /// expire; none when not declared. A tool with a lookup, or with a key
+    /// that outlives any reconciliation, commits with one sync per call.
+    #[uniffi(default = None)]
+    pub key_lifetime_ms: Option<u64>,
 }
 
 impl From<ToolDescriptor> for core::ToolDescriptor {
@@ -81,6 +87,7 @@ impl From<ToolDescriptor> for core::ToolDescriptor {
                 BatchMode::Independent => core::BatchMode::Independent,
             },
             landing_window: std::time::Duration::from_millis(d.landing_window_ms),
+            key_lifetime: d.key_lifetime_ms.map(super::records::lifetime),
         }
     }
 }

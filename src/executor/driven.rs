@@ -121,6 +121,7 @@ impl Executor {
             call,
             tool_version: desc.version,
             requires_approval: desc.requires_approval,
+            downstream: desc.downstream(),
         };
         let (mut begins, marked) =
             self.ledger()

@@ -344,6 +344,7 @@ impl Executor {
                     call: call.clone(),
                     tool_version: desc.version,
                     requires_approval: desc.requires_approval,
+                    downstream: desc.downstream(),
                 });
             }
         }
@@ -493,6 +494,7 @@ impl Executor {
             call,
             tool_version: desc.version,
             requires_approval: desc.requires_approval,
+            downstream: desc.downstream(),
         };
         let begin = self.inner.ledger.compensate(original, op, round, &spec)?;
         self.drive(tool.as_ref(), &desc, begin).await

@@ -187,8 +187,13 @@ impl Executor {
             } => {
                 crashpoint::hit(CrashPoint::AfterRemoteCommit);
                 let result_json = storable_result(result_json, &ledger.config().json_limits);
+                // The durability policy, by what the tool declares.
+                let sync = ledger
+                    .config()
+                    .deferred_commits
+                    .commit_sync(&desc.downstream());
                 ledger
-                    .commit_valid(&attempt, &result_json, external_id.as_deref())
+                    .commit_valid(&attempt, &result_json, external_id.as_deref(), Some(sync))
                     .map(|stored| {
                         crashpoint::hit(CrashPoint::AfterLocalCommit);
                         Step::Done(completed(stored, false))

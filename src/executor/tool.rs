@@ -6,6 +6,7 @@
 
 use async_trait::async_trait;
 
+use crate::ledger::Downstream;
 use crate::model::{DownstreamKey, ExecutionId};
 
 /// Whether a tool changes the world.
@@ -55,6 +56,13 @@ pub struct ToolDescriptor {
     /// a downstream that dedupes by key excepted) and the caller is told
     /// when to ask again. Default [`DEFAULT_LANDING_WINDOW`].
     pub landing_window: std::time::Duration,
+    /// How long the downstream honours an idempotency key after its first
+    /// request (its idempotency window, e.g. 24 h); `Some(Duration::MAX)`
+    /// when its keys never expire; `None` (the default) when not declared.
+    /// A tool that dedupes by a key that outlives any reconciliation, or
+    /// that can look effects up, commits with one sync per call instead of
+    /// two (see [`crate::ledger::durability`]).
+    pub key_lifetime: Option<std::time::Duration>,
 }
 
 /// The default [`ToolDescriptor::landing_window`]: 120 s, longer than the
@@ -75,6 +83,7 @@ impl ToolDescriptor {
             requires_approval: false,
             batch: BatchMode::Atomic,
             landing_window: DEFAULT_LANDING_WINDOW,
+            key_lifetime: None,
         }
     }
 
@@ -83,6 +92,16 @@ impl ToolDescriptor {
         ToolDescriptor {
             effect: EffectClass::SideEffect,
             ..ToolDescriptor::read_only(name, version)
+        }
+    }
+
+    /// What the downstream offers to settle an unknown outcome, as the
+    /// ledger's durability policy reads it.
+    pub fn downstream(&self) -> Downstream {
+        Downstream {
+            idempotency_key: self.idempotency_key,
+            lookup: self.lookup,
+            key_lifetime: self.key_lifetime,
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::durability::Downstream;
 use crate::model::{ArgsDigest, DownstreamKey, ExecutionId, ExecutionRecord, Monotonic, ToolCall};
 
 /// Names one attempt of one execution: the fencing token that every step of
@@ -39,21 +40,34 @@ pub struct CallSpec {
     pub tool_version: u32,
     /// Whether a human must approve these exact arguments first.
     pub requires_approval: bool,
+    /// What the tool's downstream offers to settle an unknown outcome: with
+    /// a long-lived key or a lookup, the commit of an attempt begun with
+    /// this spec may be deferred (one sync per call instead of two; see
+    /// [`super::durability`]). The default (neither) keeps it durable.
+    pub downstream: Downstream,
 }
 
 impl CallSpec {
-    /// A spec for a call that needs no approval.
+    /// A spec for a call that needs no approval, to a downstream with
+    /// neither key nor lookup (every commit durable).
     pub fn new(call: ToolCall, tool_version: u32) -> CallSpec {
         CallSpec {
             call,
             tool_version,
             requires_approval: false,
+            downstream: Downstream::default(),
         }
     }
 
     /// The same spec, requiring approval.
     pub fn with_approval(mut self) -> CallSpec {
         self.requires_approval = true;
+        self
+    }
+
+    /// The same spec, for a call to `downstream`.
+    pub fn with_downstream(mut self, downstream: Downstream) -> CallSpec {
+        self.downstream = downstream;
         self
     }
 }

@@ -13,7 +13,7 @@ use super::answers::{ApprovalRequest, AttemptId, Begin, CallSpec, StoredResult, 
 use super::decide::{decide, Decision, Facts};
 use super::owners::Liveness;
 use super::retention;
-use super::{Error, Ledger, Result, SWEEP_EVERY};
+use super::{CommitSync, Error, Ledger, Result, SWEEP_EVERY};
 use crate::model::{
     as_version_3_parsed, digest_with, ArgsDigest, CanonicalArgs, DigestScheme, ExecutionId,
     ExecutionIdParts, ExecutionRecord, ExecutionStatus, Monotonic, Move, OperationId,
@@ -123,10 +123,17 @@ impl Ledger {
             .iter()
             .map(|spec| self.prepare(op, round, spec))
             .collect::<Result<Vec<_>>>()?;
+        // One transaction when the write lock is free (a replay in it writes
+        // nothing); otherwise a replay is answered from a read, and only
+        // what needs a write waits for the lock.
+        if let Some(out) = self.write_begins(op, round, &prepared, None, false)? {
+            return Ok(out);
+        }
         if let Some(replays) = self.replays_only(&prepared)? {
             return Ok((replays, Vec::new()));
         }
-        self.write_begins(op, round, &prepared, None)
+        self.write_begins(op, round, &prepared, None, true)?
+            .ok_or(Error::Internal("a waiting write returned nothing"))
     }
 
     /// A round whose every call already committed (with the same digest) is
@@ -177,7 +184,9 @@ impl Ledger {
         }
         let mut prepared = self.prepare(op, round, spec)?;
         prepared.id = ExecutionId::compensation(&prepared.id, original)?;
-        let (mut answers, _) = self.write_begins(op, round, &[prepared], Some(original))?;
+        let (mut answers, _) = self
+            .write_begins(op, round, &[prepared], Some(original), true)?
+            .ok_or(Error::Internal("a waiting write returned nothing"))?;
         answers
             .pop()
             .ok_or_else(|| Error::Internal("compensate produced no answer"))
@@ -230,17 +239,21 @@ impl Ledger {
         Ok(Prepared { spec, id, args })
     }
 
+    /// Begins `calls` in one transaction. `wait`: for the write lock (else
+    /// `Ok(None)` when it is not free at once, and a transaction that only
+    /// answered from what is stored writes nothing).
     fn write_begins(
         &self,
         op: &OperationId,
         round: u32,
         calls: &[Prepared<'_>],
         compensates: Option<&ExecutionId>,
-    ) -> Result<(Vec<Begin>, Vec<ExecutionId>)> {
+        wait: bool,
+    ) -> Result<Option<(Vec<Begin>, Vec<ExecutionId>)>> {
         let now = self.now();
         let mono = self.clock.monotonic();
         let sweep = self.sweep_due(calls.len());
-        self.write(Durability::Full, |dao| {
+        let body = |dao: &Dao<'_>| {
             if sweep {
                 // Rides in this transaction: a few rows flagged at most.
                 dao.sweep_attention(i64::from(SWEEP_EVERY))?;
@@ -280,7 +293,28 @@ impl Ledger {
                 })
                 .collect::<Result<Vec<_>>>()?;
             Ok((answers, marked))
-        })
+        };
+        // The intent is durable before this returns; another session that
+        // sees it a moment earlier only answers `InFlight` or a refusal.
+        let out = if wait {
+            self.write(Durability::Synced, body)?
+        } else {
+            match self.write_now(Durability::Synced, body)? {
+                Some(out) => out,
+                None => return Ok(None),
+            }
+        };
+        // The policy, per call: the attempts whose commit may be deferred.
+        for (p, answer) in calls.iter().zip(&out.0) {
+            if let Begin::Execute(ticket) = answer {
+                if self.config.deferred_commits.commit_sync(&p.spec.downstream)
+                    == CommitSync::Deferred
+                {
+                    self.remember_deferrable(ticket.attempt_id());
+                }
+            }
+        }
+        Ok(Some(out))
     }
 
     fn insert_new(

@@ -14,25 +14,40 @@
 //! writable file.
 
 use std::collections::VecDeque;
-use std::sync::MutexGuard;
+use std::sync::{Arc, MutexGuard};
 
 use super::{Error, Ledger, Result};
 use crate::model::{
     ExecutionId, ExecutionRecord, ExecutionStatus, Move, OperationStatus, Transition,
     TransitionEntry,
 };
-use crate::store::{Dao, Durability, StatusFields, Store, StoreStats};
+use crate::store::{Dao, Durability, Store, StoreStats};
 
 /// The ledger's store. Its transactions are reachable only from this module,
 /// through [`Ledger::read`] (which settles the queued marks into what it
 /// reads) and [`Ledger::write`] (which writes them first): no other part of
 /// the ledger can read around the queue.
 #[derive(Debug)]
-pub(super) struct GuardedStore(Store);
+pub(super) struct GuardedStore(Arc<Store>);
 
 impl GuardedStore {
     pub(super) fn new(store: Store) -> GuardedStore {
-        GuardedStore(store)
+        GuardedStore(Arc::new(store))
+    }
+
+    /// See `Store::sync`.
+    pub(super) fn sync(&self) -> crate::store::Result<()> {
+        self.0.sync()
+    }
+
+    /// See `Store::sync_deferred`.
+    pub(super) fn sync_deferred(&self) -> crate::store::Result<bool> {
+        self.0.sync_deferred()
+    }
+
+    /// See `Store::has_unsynced`.
+    pub(super) fn has_unsynced(&self) -> bool {
+        self.0.has_unsynced()
     }
 
     /// The database file's resolved path (`None` in memory).
@@ -297,29 +312,65 @@ impl Ledger {
         let out = self.store.0.write(durability, |dao| {
             // Taken under the store's lock: no other write applies them too.
             taken = std::mem::take(&mut self.deliveries_lock().queued);
-            let deliver = Move::check(ExecutionStatus::Committed, Transition::Deliver)
-                .map_err(|_| Error::Internal("deliver is not in the transition table"))?;
-            for mark in &taken {
-                // A row no longer `committed` (delivered meanwhile by another
-                // process) is left alone: the guarded move reports false.
-                dao.move_status(
-                    &mark.execution_id,
-                    deliver,
-                    None,
-                    &StatusFields {
-                        attempt: Some(mark.attempt),
-                        ..StatusFields::default()
-                    },
-                    self.session_id(),
-                    mark.at_ms,
-                )?;
-            }
+            self.apply_marks(dao, &taken)?;
             f(dao)
         });
         if out.is_err() && !taken.is_empty() {
             self.deliveries_lock().queued.append(&mut taken);
         }
+        if out.is_ok() && durability == Durability::Deferred {
+            self.flusher.arm(&self.store.0);
+        }
         out
+    }
+
+    /// A write that happens only if the write lock is free at once
+    /// (`Ok(None)` otherwise: the caller takes a path that needs none), and
+    /// that writes the queued delivery marks only if `f` wrote something:
+    /// when `f` only answered from what is stored, nothing is written and
+    /// nothing synced.
+    pub(super) fn write_now<T>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&Dao<'_>) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let mut taken: Vec<DeliveryMark> = Vec::new();
+        let mut wrote = false;
+        let out = self.store.0.write_now(durability, |dao| {
+            let before = dao.total_changes();
+            let out = f(dao)?;
+            wrote = dao.total_changes() != before;
+            if wrote {
+                taken = std::mem::take(&mut self.deliveries_lock().queued);
+                self.apply_marks(dao, &taken)?;
+            }
+            Ok((out, wrote))
+        });
+        if out.is_err() && !taken.is_empty() {
+            self.deliveries_lock().queued.append(&mut taken);
+        }
+        if wrote && matches!(out, Ok(Some(_))) && durability == Durability::Deferred {
+            self.flusher.arm(&self.store.0);
+        }
+        out
+    }
+
+    /// Writes checked delivery marks inside the caller's transaction.
+    fn apply_marks(&self, dao: &Dao<'_>, marks: &[DeliveryMark]) -> Result<()> {
+        let deliver = Move::check(ExecutionStatus::Committed, Transition::Deliver)
+            .map_err(|_| Error::Internal("deliver is not in the transition table"))?;
+        for mark in marks {
+            // A row no longer `committed` (delivered meanwhile by another
+            // process) is left alone: the guarded move reports false.
+            dao.deliver(
+                &mark.execution_id,
+                deliver,
+                mark.attempt,
+                self.session_id(),
+                mark.at_ms,
+            )?;
+        }
+        Ok(())
     }
 
     pub(super) fn deliveries_lock(&self) -> MutexGuard<'_, Deliveries> {

@@ -130,6 +130,10 @@ impl Ledger {
     /// its committed items. With `failure` (an item failed for good, or the
     /// operation was cancelled before the next item), the commit is partial:
     /// the result says which items happened and which did not, and why.
+    /// While the execution is `executing` only its owner may commit; while
+    /// its outcome is unknown (its owner died after recording the items),
+    /// any session reconciling it may, for the same attempt: the items are
+    /// recorded facts, and so is their combination.
     ///
     /// # Errors
     /// [`Error::StaleAttempt`], [`Error::NotFound`], storage errors.
@@ -138,11 +142,12 @@ impl Ledger {
         let id = &attempt.execution_id;
         self.write_fenced(|dao| {
             let rec = load(dao, id)?;
+            let own = rec.status == ExecutionStatus::Executing;
             if let Some(stale) = self.check_fence(
                 dao,
                 &rec,
                 attempt,
-                true,
+                own,
                 EvidenceKind::Commit,
                 &Carried {
                     reason: failure,
@@ -155,7 +160,7 @@ impl Ledger {
             Ok(Fenced::Done(self.settle_partial(
                 dao,
                 &rec,
-                Some(attempt),
+                Some((attempt, own)),
                 failure,
                 now,
             )?))
@@ -173,7 +178,7 @@ impl Ledger {
         &self,
         dao: &Dao<'_>,
         rec: &ExecutionRecord,
-        fence: Option<&AttemptId>,
+        fence: Option<(&AttemptId, bool)>,
         reason: Option<&str>,
         now: i64,
     ) -> Result<StoredResult> {
@@ -194,15 +199,7 @@ impl Ledger {
         if result.len() > self.config.json_limits.max_bytes {
             result = compose_items(&items, total, partial, reason, false);
         }
-        self.commit_in(
-            dao,
-            rec,
-            fence.map(|a| (a, true)),
-            &result,
-            None,
-            partial,
-            now,
-        )
+        self.commit_in(dao, rec, fence, &result, None, partial, now)
     }
 
     /// The completed items of a batch: `(index, result JSON, external id)`.

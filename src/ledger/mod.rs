@@ -6,13 +6,16 @@
 //! | call | sync | why |
 //! |---|---|---|
 //! | [`Ledger::begin_round`] / [`Ledger::begin`] | 1 fsync for the whole round | the intent (`executing` + downstream key) is durable before any tool runs |
-//! | [`Ledger::commit`] | 1 fsync | the result is durable before the model sees it |
+//! | [`Ledger::commit`] of a call whose downstream dedupes by a long-lived key or can be looked up | none now; durable by the next durable write, `suspend()`, [`Ledger::sync`] or within [`DeferredCommits::deadline`] | a commit lost to a power cut is reconciled without a second effect |
+//! | [`Ledger::commit`] of any other call | 1 fsync | the result is durable before the model sees it |
 //! | [`Ledger::record_external_id`], approvals, failures, unknown outcomes | 1 fsync each | off the happy path |
 //! | [`Ledger::mark_delivered`] | none (deferred into the next write) | losing it only replays the stored result |
 //! | [`Ledger::recover`] | none (lazy) | a lost `outcome_unknown` mark of a dead session's row is made again by the next `recover` |
 //! | replay (`begin` of a committed call) | none | nothing is written |
 //!
-//! So a side-effecting happy path costs two durable syncs.
+//! So a side-effecting happy path costs one durable sync when its downstream
+//! dedupes or can be looked up ([`CallSpec::downstream`]), two otherwise (the
+//! policy is in [`durability`] and docs/design.md).
 //!
 //! ```
 //! use toolledger::ledger::{Begin, CallSpec, Ledger, LedgerConfig};
@@ -41,7 +44,9 @@ mod begin;
 mod clock;
 mod decide;
 mod deliveries;
+pub mod durability;
 mod error;
+mod flusher;
 mod inspect;
 mod jobs;
 mod owners;
@@ -50,6 +55,7 @@ mod retention;
 mod session;
 mod steps;
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -61,6 +67,7 @@ pub use answers::{
 };
 pub use clock::{Clock, ManualClock, Monotonic, SystemClock};
 pub use decide::NextStep;
+pub use durability::{CommitSync, DeferredCommits, Downstream, DEFAULT_DEFERRED_DEADLINE};
 pub use error::{Error, Result};
 pub use inspect::{Inspector, OperationView, PageCursor, Summary};
 pub use jobs::{JobApplied, JobUpdate};
@@ -88,6 +95,7 @@ use crate::model::{
 };
 use crate::store::{Durability, Fence, StatusFields, Store};
 use deliveries::{Deliveries, GuardedStore, History};
+use flusher::Flusher;
 use owners::Liveness;
 use session::Sessions;
 
@@ -104,6 +112,13 @@ pub struct LedgerConfig {
     pub json_limits: JsonLimits,
     /// How long a write waits for another process's lock.
     pub busy_timeout: Duration,
+    /// Which commits may become durable after they return, and how soon
+    /// (the durability policy, [`durability`]).
+    pub deferred_commits: DeferredCommits,
+    /// The SQLite VFS to open the file through, by its registered name
+    /// (`None`: SQLite's default for the platform). For storage simulations
+    /// (tests/power_loss) and platforms that bring their own.
+    pub sqlite_vfs: Option<String>,
 }
 
 impl Default for LedgerConfig {
@@ -112,6 +127,8 @@ impl Default for LedgerConfig {
             lease: Duration::from_secs(60),
             json_limits: JsonLimits::default(),
             busy_timeout: Duration::from_secs(5),
+            deferred_commits: DeferredCommits::default(),
+            sqlite_vfs: None,
         }
     }
 }
@@ -132,7 +149,16 @@ pub struct Ledger {
     registered: AtomicBool,
     /// Set by [`Ledger::abandon`]: drop like a killed process.
     abandoned: AtomicBool,
+    /// Attempts begun through this ledger whose commit may be deferred (by
+    /// their [`CallSpec::downstream`]), most recent last; bounded by
+    /// [`DEFERRABLE_ATTEMPTS`] (an attempt that fell off commits durably).
+    deferrable: Mutex<VecDeque<AttemptId>>,
+    /// Syncs deferred commits by their deadline.
+    flusher: Flusher,
 }
+
+/// How many begun attempts `commit` remembers as deferrable.
+const DEFERRABLE_ATTEMPTS: usize = 256;
 
 /// A `begin` sweeps the attention flags (see `Dao::sweep_attention`) once
 /// this many calls were begun through the ledger since its last sweep, so
@@ -175,6 +201,7 @@ impl Ledger {
     fn with_store(store: Store, config: LedgerConfig, clock: Arc<dyn Clock>) -> Result<Ledger> {
         let sessions = Sessions::start(store.path(), SessionId::generate())
             .map_err(|e| Error::Session(e.kind().to_string()))?;
+        let flusher = Flusher::new(config.deferred_commits.deadline);
         let ledger = Ledger {
             store: GuardedStore::new(store),
             clock,
@@ -184,6 +211,8 @@ impl Ledger {
             begun_since_sweep: AtomicU32::new(0),
             registered: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
+            deferrable: Mutex::new(VecDeque::new()),
+            flusher,
         };
         // Best effort: on a full disk the ledger still opens (replays need no
         // write); an unregistered session is found at its default lock path,
@@ -536,8 +565,60 @@ impl Ledger {
     #[doc(hidden)]
     pub fn abandon(&self) {
         self.abandoned.store(true, Ordering::Relaxed);
+        self.flusher.stop();
         self.store.kill();
         self.sessions.release();
+    }
+
+    /// Makes every commit of this ledger durable now (one sync of the WAL).
+    /// Deferred commits become durable on their own by the next durable
+    /// write, `suspend()` or [`DeferredCommits::deadline`]; call this when
+    /// the app knows it is about to lose power or be frozen without
+    /// `suspend()`.
+    ///
+    /// # Errors
+    /// Storage errors of the sync; `Suspended`.
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.store.sync()?)
+    }
+
+    /// True while a deferred commit of this ledger is not durable yet.
+    pub fn has_unsynced_commits(&self) -> bool {
+        self.store.has_unsynced()
+    }
+
+    /// Makes the deferred commits durable if one is not yet (what the
+    /// deadline thread does when the deadline comes). True when it synced.
+    ///
+    /// # Errors
+    /// Storage errors of the sync; `Suspended`.
+    #[doc(hidden)]
+    pub fn sync_deferred(&self) -> Result<bool> {
+        Ok(self.store.sync_deferred()?)
+    }
+
+    /// Remembers that `attempt`'s commit may be deferred.
+    fn remember_deferrable(&self, attempt: AttemptId) {
+        let mut d = self
+            .deferrable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if d.len() == DEFERRABLE_ATTEMPTS {
+            d.pop_front();
+        }
+        d.push_back(attempt);
+    }
+
+    /// True (once) when `attempt` was begun as deferrable.
+    fn take_deferrable(&self, attempt: &AttemptId) -> bool {
+        let mut d = self
+            .deferrable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match d.iter().rposition(|a| a == attempt) {
+            Some(i) => d.remove(i).is_some(),
+            None => false,
+        }
     }
 
     /// Counts `calls` begun; true when the caller's transaction should sweep
@@ -556,6 +637,7 @@ impl Ledger {
 
 impl Drop for Ledger {
     fn drop(&mut self) {
+        self.flusher.stop();
         if self.abandoned.load(Ordering::Relaxed) || self.store.is_suspended() {
             return;
         }
@@ -565,5 +647,8 @@ impl Drop for Ledger {
             dao.delete_session(self.session_id())?;
             Ok(())
         });
+        // Deferred commits are durable before the ledger goes (closing the
+        // last connection checkpoints, but another process may hold one).
+        let _ = self.store.sync_deferred();
     }
 }

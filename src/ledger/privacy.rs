@@ -194,6 +194,7 @@ impl Ledger {
             path,
             store::StoreOptions {
                 busy_timeout: config.busy_timeout,
+                vfs: config.sqlite_vfs.clone(),
             },
             key,
         )?;

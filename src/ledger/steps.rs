@@ -10,10 +10,10 @@
 //! evidence and it gets [`Error::StaleAttempt`].
 
 use super::answers::{AttemptId, CancelOutcome, Resolution, Resolved, StoredResult, Ticket};
-use super::{Error, Ledger, Result};
+use super::{CommitSync, Error, Ledger, Result};
 use crate::model::canonical::canonicalize;
 use crate::model::{
-    ArgsDigest, ExecutionId, ExecutionRecord, ExecutionStatus, Monotonic, OperationId,
+    ArgsDigest, ExecutionId, ExecutionRecord, ExecutionStatus, Monotonic, Move, OperationId,
     OperationStatus, Transition,
 };
 use crate::store::{Dao, Durability, Evidence, EvidenceKind, StatusFields};
@@ -275,20 +275,55 @@ impl Ledger {
         external_id: Option<&str>,
     ) -> Result<StoredResult> {
         canonicalize(result_json, &self.config.json_limits)?;
-        self.commit_valid(attempt, result_json, external_id)
+        self.commit_valid(attempt, result_json, external_id, None)
     }
 
     /// [`Ledger::commit`] for a result already checked against the JSON
     /// limits (the executor's `storable_result` always yields one), so the
-    /// hot path does not parse it twice.
+    /// hot path does not parse it twice. `sync` is how durable the commit
+    /// must be (the executor knows it from the tool's descriptor); `None`:
+    /// deferred only when the attempt was begun through this ledger with a
+    /// [`super::CallSpec::downstream`] that allows it, durable otherwise. A
+    /// stale attempt's evidence is always made durable.
     pub(crate) fn commit_valid(
         &self,
         attempt: &AttemptId,
         result_json: &str,
         external_id: Option<&str>,
+        sync: Option<CommitSync>,
     ) -> Result<StoredResult> {
+        let begun_deferrable = self.take_deferrable(attempt);
+        let sync = sync.unwrap_or(if begun_deferrable {
+            CommitSync::Deferred
+        } else {
+            CommitSync::Now
+        });
+        let durability = match sync {
+            CommitSync::Now => Durability::Full,
+            CommitSync::Deferred => Durability::Deferred,
+        };
         let now = self.now();
-        let stored = self.write_fenced(|dao| {
+        let stored = self.write(durability, |dao| {
+            // The usual case in one statement: this session's running
+            // attempt commits (the general path below explains every other).
+            let mv = Move::check(ExecutionStatus::Executing, Transition::Commit)
+                .map_err(|e| Error::transition(&attempt.execution_id, e))?;
+            if dao.commit_running(
+                &attempt.execution_id,
+                mv,
+                attempt.attempt,
+                self.session_id(),
+                result_json,
+                external_id,
+                now,
+            )? {
+                return Ok(Fenced::Done(StoredResult {
+                    execution_id: attempt.execution_id.clone(),
+                    result_json: result_json.to_owned(),
+                    external_id: external_id.map(str::to_owned),
+                    partial: false,
+                }));
+            }
             let rec = load(dao, &attempt.execution_id)?;
             let carried = Carried {
                 result_json: Some(result_json),
@@ -317,6 +352,16 @@ impl Ledger {
                 now,
             )?))
         })?;
+        let stored = match stored {
+            Fenced::Done(stored) => stored,
+            Fenced::Refused(e) => {
+                if durability == Durability::Deferred {
+                    // The evidence may be the only trace of the effect.
+                    self.sync()?;
+                }
+                return Err(e);
+            }
+        };
         self.remember_commit(&attempt.execution_id, attempt.attempt);
         Ok(stored)
     }

@@ -42,4 +42,10 @@ impl<'a> Dao<'a> {
             events: observe.then(|| RefCell::new(Vec::new())),
         }
     }
+
+    /// Rows changed by this connection so far (to tell whether a
+    /// transaction wrote anything).
+    pub fn total_changes(&self) -> u64 {
+        self.tx.total_changes()
+    }
 }

@@ -292,6 +292,121 @@ impl Dao<'_> {
         Ok(changed != 0)
     }
 
+    /// The happy commit of a running attempt, in one statement:
+    /// `executing -> committed` for attempt `attempt` owned by `owner`,
+    /// storing the result and logging the move, when nothing else needs
+    /// deciding: the external id stored is none or `external_id` itself (so
+    /// the one now stored is `external_id`), and the operation is not
+    /// cancelled. Returns false when the row is not so (nothing changed:
+    /// the caller takes the general path, which explains why).
+    ///
+    /// # Errors
+    /// Storage errors, or [`Error::Guard`] if the schema refuses the move.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_running(
+        &self,
+        id: &ExecutionId,
+        mv: Move,
+        attempt: u32,
+        owner: &SessionId,
+        result_json: &str,
+        external_id: Option<&str>,
+        now_ms: i64,
+    ) -> Result<bool> {
+        // An encrypted ledger takes the general path: its values are sealed
+        // there, and a sealed external id never equals another sealing of
+        // the same text, so the SQL comparison below cannot be made.
+        if mv.from() != ExecutionStatus::Executing
+            || mv.to() != ExecutionStatus::Committed
+            || self.keys.is_some()
+        {
+            return Ok(false);
+        }
+        let line = history_line(&LogLine {
+            at_ms: now_ms,
+            transition: mv.transition().as_str(),
+            from: Some(mv.from()),
+            to: mv.to(),
+            attempt,
+            session: owner,
+            reason: None,
+        });
+        // `external_id IS ?5`: equal, or both none. A cancelled operation's
+        // status moves too, which the general path does.
+        let changed = self
+            .tx
+            .prepare_cached(
+                "UPDATE executions SET status = 'committed', updated_ms = ?3,
+                    unknown_since_ms = NULL, unknown_boot = NULL, result_json = ?4,
+                    external_id = ?5, history = history || ?6
+                 WHERE execution_id = ?1 AND status = 'executing' AND attempt_count = ?2
+                   AND owner_session = ?7 AND (external_id IS NULL OR external_id IS ?5)
+                   AND NOT EXISTS (SELECT 1 FROM operations o
+                                   WHERE o.operation_id = executions.operation_id
+                                     AND o.status = 'cancelled')",
+            )?
+            .execute(params![
+                id,
+                attempt,
+                now_ms,
+                result_json,
+                external_id,
+                line,
+                owner
+            ])?;
+        if changed != 0 {
+            self.observe(id, Some(mv.from()), mv.to(), attempt, None, now_ms)?;
+        }
+        Ok(changed != 0)
+    }
+
+    /// `committed -> result_delivered` (move `mv`, checked by the caller),
+    /// logged as made by `actor` for attempt `attempt` at `at_ms`: the
+    /// delivery mark, in a statement of its own (it changes nothing but the
+    /// status, the time, the log and the attention flag). False when the
+    /// row is no longer `committed` (delivered meanwhile by another
+    /// process): nothing changed.
+    ///
+    /// # Errors
+    /// Storage errors, or [`Error::Guard`] if the schema refuses the move.
+    pub fn deliver(
+        &self,
+        id: &ExecutionId,
+        mv: Move,
+        attempt: u32,
+        actor: &SessionId,
+        at_ms: i64,
+    ) -> Result<bool> {
+        if mv.from() != ExecutionStatus::Committed || mv.to() != ExecutionStatus::ResultDelivered {
+            return Err(Error::Guard(format!(
+                "deliver is committed -> result_delivered, not {} -> {}",
+                mv.from(),
+                mv.to()
+            )));
+        }
+        let line = history_line(&LogLine {
+            at_ms,
+            transition: mv.transition().as_str(),
+            from: Some(mv.from()),
+            to: mv.to(),
+            attempt,
+            session: actor,
+            reason: None,
+        });
+        let changed = self
+            .tx
+            .prepare_cached(
+                "UPDATE executions SET status = 'result_delivered', updated_ms = ?2,
+                    history = history || ?3, needs_attention = NULL
+                 WHERE execution_id = ?1 AND status = 'committed'",
+            )?
+            .execute(params![id, at_ms, line])?;
+        if changed != 0 {
+            self.observe(id, Some(mv.from()), mv.to(), attempt, None, at_ms)?;
+        }
+        Ok(changed != 0)
+    }
+
     /// Appends a log line that is not a status move (evidence of a stale
     /// attempt) to an execution's log.
     ///

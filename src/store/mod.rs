@@ -7,11 +7,16 @@
 //! returns `Ok` and rolls back on every other path. No transaction or read
 //! snapshot stays open between calls, which is what mobile suspension needs.
 //!
-//! Durability: the database runs in WAL mode with `synchronous=FULL`, so each
-//! [`Durability::Full`] write costs exactly one fsync of the WAL at commit.
-//! [`Durability::Lazy`] writes (delivery marks) switch to `synchronous=NORMAL`
-//! for that one transaction: no fsync, made durable by the next full write or
-//! checkpoint. Losing a lazy write only causes a harmless replay.
+//! Durability: the database runs in WAL mode. A [`Durability::Full`] write
+//! commits under `synchronous=FULL`, so it costs exactly one fsync of the WAL
+//! at commit. [`Durability::Lazy`] and [`Durability::Deferred`] writes commit
+//! under `synchronous=NORMAL`: their frames reach the OS at commit (a killed
+//! process loses nothing) but are synced only by the next full write, a
+//! checkpoint or [`Store::sync`] (a power cut may lose them, never tear the
+//! database). Losing a lazy write only causes a harmless replay; a deferred
+//! one is a commit the ledger makes durable within a deadline
+//! ([`Store::sync_deferred`]). The setting is switched only when the next
+//! write needs the other one, by cached statements.
 //!
 //! Identity: the path is resolved once at open (absolute, symlinks resolved);
 //! every reconnect uses that path, never creates a file and checks that it
@@ -61,10 +66,22 @@ pub use retention::{PruneCandidate, PrunedRows, Tombstone};
 /// How a write must reach the disk before it returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
-    /// fsync before returning (commit boundaries: intent, commit).
+    /// fsync before returning (the intent; commits that must not be lost).
     Full,
-    /// No fsync; durable with the next full write or checkpoint.
+    /// No fsync; durable with the next full write or checkpoint, with no
+    /// deadline (delivery marks, recovery marks: losing them is harmless).
     Lazy,
+    /// No fsync now; the caller makes it durable within a deadline
+    /// ([`Store::sync_deferred`]) unless a full write, a checkpoint or
+    /// [`Store::sync`] does first (commits whose loss reconciliation repairs).
+    Deferred,
+    /// Durable before returning, like [`Durability::Full`], but committed
+    /// under `synchronous=NORMAL` and then synced (one sync of the WAL): other
+    /// connections may see the write a moment before it is durable. For
+    /// writes whose early sight hands nobody a result (the intent: another
+    /// session seeing an `executing` row answers `InFlight`), it spares the
+    /// switch of `synchronous` that a call would otherwise pay twice.
+    Synced,
 }
 
 /// Options for opening a store.
@@ -72,12 +89,16 @@ pub enum Durability {
 pub struct StoreOptions {
     /// How long a writer waits for another connection's lock.
     pub busy_timeout: Duration,
+    /// The registered SQLite VFS to open files through (`None`: the
+    /// default one).
+    pub vfs: Option<String>,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             busy_timeout: Duration::from_secs(5),
+            vfs: None,
         }
     }
 }
@@ -114,6 +135,9 @@ pub struct Store {
     keys: RwLock<Option<Arc<crypt::Keys>>>,
     /// Who hears of committed status moves.
     sink: RwLock<Option<Arc<dyn EventSink>>>,
+    /// The `-wal` file of a writable file (built once: every write looks at
+    /// it).
+    wal_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Store {
@@ -130,6 +154,108 @@ impl std::fmt::Debug for Store {
 struct Open {
     conn: Connection,
     wal: Option<FileId>,
+    /// The `synchronous` setting in force on `conn` (FULL when opened).
+    normal: bool,
+    /// A deferred write committed since the WAL was last synced.
+    unsynced: bool,
+    /// `PRAGMA fullfsync`, read at the first explicit sync.
+    fullfsync: Option<bool>,
+}
+
+impl Open {
+    fn new(conn: Connection, wal: Option<FileId>) -> Open {
+        Open {
+            conn,
+            wal,
+            normal: false,
+            unsynced: false,
+            fullfsync: None,
+        }
+    }
+
+    /// Switches `synchronous` between FULL and NORMAL when the next write
+    /// needs the other one (outside a transaction: SQLite refuses inside).
+    fn set_normal(&mut self, normal: bool) -> Result<()> {
+        if self.normal != normal {
+            let sql = if normal {
+                "PRAGMA synchronous=NORMAL"
+            } else {
+                "PRAGMA synchronous=FULL"
+            };
+            self.conn.prepare_cached(sql)?.execute([])?;
+            self.normal = normal;
+        }
+        Ok(())
+    }
+
+    /// Syncs the WAL when a deferred write is not durable yet.
+    fn sync_unsynced(&mut self) -> Result<bool> {
+        if !self.unsynced {
+            return Ok(false);
+        }
+        self.sync_wal()?;
+        Ok(true)
+    }
+
+    /// Syncs the WAL now (see [`sync_wal`]).
+    fn sync_wal(&mut self) -> Result<()> {
+        let full = match self.fullfsync {
+            Some(full) => full,
+            None => {
+                let full: i64 = self.conn.query_row("PRAGMA fullfsync", [], |r| r.get(0))?;
+                self.fullfsync = Some(full != 0);
+                full != 0
+            }
+        };
+        sync_wal(&self.conn, full)?;
+        self.unsynced = false;
+        Ok(())
+    }
+}
+
+/// Syncs the connection's WAL file through SQLite's own file handle (so a
+/// VFS sees it), with `F_FULLFSYNC` on Apple when `full` (`PRAGMA
+/// fullfsync`), exactly as SQLite syncs a commit. Every frame written to the
+/// WAL before it, by any connection, is durable after it. A connection with
+/// no WAL open has nothing to sync.
+fn sync_wal(conn: &Connection, full: bool) -> Result<()> {
+    use rusqlite::ffi;
+    let flags = if full {
+        ffi::SQLITE_SYNC_FULL
+    } else {
+        ffi::SQLITE_SYNC_NORMAL
+    };
+    let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
+    // SAFETY: `conn` is open and used only under the store's mutex (this
+    // call holds it), so the handle and the file it owns stay valid for the
+    // duration; SQLITE_FCNTL_JOURNAL_POINTER writes one `sqlite3_file*`
+    // into `file`, which is a correctly typed out-pointer.
+    let rc = unsafe {
+        ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            ffi::SQLITE_FCNTL_JOURNAL_POINTER,
+            (&mut file as *mut *mut ffi::sqlite3_file).cast(),
+        )
+    };
+    if rc != ffi::SQLITE_OK {
+        return Err(rusqlite::Error::SqliteFailure(ffi::Error::new(rc), None).into());
+    }
+    // SAFETY: a non-null file returned by SQLite is open (its methods are
+    // set) or not (methods null) and stays so while we hold the connection.
+    let rc = unsafe {
+        match file.as_ref().and_then(|f| f.pMethods.as_ref()) {
+            Some(methods) => match methods.xSync {
+                Some(x_sync) => x_sync(file, flags),
+                None => ffi::SQLITE_OK,
+            },
+            None => ffi::SQLITE_OK,
+        }
+    };
+    if rc != ffi::SQLITE_OK {
+        return Err(rusqlite::Error::SqliteFailure(ffi::Error::new(rc), None).into());
+    }
+    Ok(())
 }
 
 /// Device and inode of a file (unix), to notice a file replaced under us.
@@ -231,14 +357,16 @@ impl Store {
         modes::tighten_db_files(&resolved);
         let ledger_id = dao::Dao::new(&conn).ledger_id()?;
         let keys = reseal::load_keys(&conn, ledger_id.as_deref(), key, true)?;
-        let wal = file_id(&wal_path(&resolved));
+        let wal_file = wal_path(&resolved);
+        let wal = file_id(&wal_file);
         Ok(Store {
-            conn: Mutex::new(Some(Open { conn, wal })),
+            conn: Mutex::new(Some(Open::new(conn, wal))),
             location,
             options,
             ledger_id,
             keys: RwLock::new(keys.map(Arc::new)),
             sink: RwLock::new(None),
+            wal_file: Some(wal_file),
         })
     }
 
@@ -274,12 +402,13 @@ impl Store {
         let ledger_id = dao::Dao::new(&conn).ledger_id()?;
         let keys = reseal::load_keys(&conn, ledger_id.as_deref(), key, false)?;
         Ok(Store {
-            conn: Mutex::new(Some(Open { conn, wal: None })),
+            conn: Mutex::new(Some(Open::new(conn, None))),
             location,
             options,
             ledger_id: None,
             keys: RwLock::new(keys.map(Arc::new)),
             sink: RwLock::new(None),
+            wal_file: None,
         })
     }
 
@@ -291,12 +420,13 @@ impl Store {
         let options = StoreOptions::default();
         let conn = connect(&Location::Memory, &options, true)?;
         Ok(Store {
-            conn: Mutex::new(Some(Open { conn, wal: None })),
+            conn: Mutex::new(Some(Open::new(conn, None))),
             location: Location::Memory,
             options,
             ledger_id: None,
             keys: RwLock::new(None),
             sink: RwLock::new(None),
+            wal_file: None,
         })
     }
 
@@ -399,59 +529,161 @@ impl Store {
         durability: Durability,
         f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        let keys = self.current_keys()?;
-        let sink = self.sink.read().map_err(|_| Error::LockPoisoned)?.clone();
-        let (out, events) = self.write_locked(durability, keys.as_deref(), sink.is_some(), f)?;
-        // Outside the store's lock: an observer may call the ledger.
-        if let (Some(sink), false) = (sink, events.is_empty()) {
-            sink.moved(events);
-        }
-        Ok(out)
+        self.write_observed(durability, true, |dao| f(dao).map(|t| (t, true)))?
+            .ok_or_else(|| Error::Busy.into())
     }
 
-    fn write_locked<T, E: From<Error>>(
+    /// [`Store::write`] only if the write lock is free at once: `Ok(None)`
+    /// when another connection holds it or the file cannot be written (the
+    /// caller then takes a path that needs no write lock). `f` also says
+    /// whether it wrote anything; a transaction that wrote nothing commits
+    /// with no sync of any kind (it only answered from what is stored).
+    ///
+    /// # Errors
+    /// As [`Store::write`].
+    pub fn write_now<T, E: From<Error>>(
         &self,
         durability: Durability,
+        f: impl FnOnce(&Dao<'_>) -> std::result::Result<(T, bool), E>,
+    ) -> std::result::Result<Option<T>, E> {
+        self.write_observed(durability, false, f)
+    }
+
+    /// One write under the ledger's keys; the status moves it committed go
+    /// to the sink after the store's lock is released (an observer may call
+    /// the ledger). A deferred commit is reported when it commits, not when
+    /// it becomes durable.
+    fn write_observed<T, E: From<Error>>(
+        &self,
+        durability: Durability,
+        wait: bool,
+        f: impl FnOnce(&Dao<'_>) -> std::result::Result<(T, bool), E>,
+    ) -> std::result::Result<Option<T>, E> {
+        let keys = self.current_keys()?;
+        let sink = self.sink.read().map_err(|_| Error::LockPoisoned)?.clone();
+        let done = {
+            let mut guard = self.lock()?;
+            if self.wal_replaced(guard.as_ref().ok_or(Error::Suspended)?) {
+                // Nothing of ours is lost yet (the WAL was checkpointed before
+                // it was deleted): start again on a fresh connection.
+                let fresh = self.reconnect()?;
+                *guard = Some(fresh);
+            }
+            self.write_in(
+                &mut guard,
+                durability,
+                wait,
+                keys.as_deref(),
+                sink.is_some(),
+                f,
+            )?
+        };
+        Ok(done.map(|(out, events)| {
+            if let (Some(sink), false) = (sink, events.is_empty()) {
+                sink.moved(events);
+            }
+            out
+        }))
+    }
+
+    /// One write transaction on the open connection. With `wait` false the
+    /// write lock is only taken if free at once (`Ok(None)` otherwise).
+    fn write_in<T, E: From<Error>>(
+        &self,
+        guard: &mut MutexGuard<'_, Option<Open>>,
+        durability: Durability,
+        wait: bool,
         keys: Option<&crypt::Keys>,
         observe: bool,
-        f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
-    ) -> std::result::Result<(T, Vec<MoveEvent>), E> {
-        let mut guard = self.lock()?;
-        if self.wal_replaced(guard.as_ref().ok_or(Error::Suspended)?) {
-            // Nothing of ours is lost yet (the WAL was checkpointed before it
-            // was deleted): start again on a fresh connection.
-            let fresh = self.reconnect()?;
-            *guard = Some(fresh);
-        }
+        f: impl FnOnce(&Dao<'_>) -> std::result::Result<(T, bool), E>,
+    ) -> std::result::Result<Option<(T, Vec<MoveEvent>)>, E> {
         let open = guard.as_mut().ok_or(Error::Suspended)?;
-        let conn = &mut open.conn;
-        if durability == Durability::Lazy {
-            conn.pragma_update(None, "synchronous", "NORMAL")
+        open.set_normal(durability != Durability::Full)?;
+        if !wait {
+            open.conn
+                .busy_timeout(Duration::ZERO)
                 .map_err(Error::from)?;
         }
-        let result = run_in_transaction(conn, "BEGIN IMMEDIATE", keys, observe, f);
-        if durability == Durability::Lazy {
-            // Restore the boundary setting even when the write failed.
-            let restored = conn.pragma_update(None, "synchronous", "FULL");
-            if let (Ok(_), Err(e)) = (&result, restored) {
-                return Err(Error::from(e).into());
+        let begun = open
+            .conn
+            .prepare_cached("BEGIN IMMEDIATE")
+            .and_then(|mut s| s.execute([]))
+            .map_err(Error::from);
+        if !wait {
+            if let Err(e) = set_busy_timeout(&open.conn, &self.options) {
+                // Leave no transaction open behind an error.
+                if begun.is_ok() {
+                    let _ = open.conn.execute_batch("ROLLBACK");
+                }
+                return Err(e.into());
+            }
+        }
+        match begun {
+            Err(Error::Busy | Error::ReadOnly | Error::CannotOpen) if !wait => return Ok(None),
+            Err(e) => return Err(e.into()),
+            Ok(_) => {}
+        }
+        let result = run_begun(&open.conn, keys, observe, f);
+        if let Ok(((_, true), _)) = &result {
+            match durability {
+                // Its sync covered every frame written before it.
+                Durability::Full => open.unsynced = false,
+                Durability::Synced => {
+                    // Pending until the sync succeeds: after a failed one
+                    // the next durable write, `sync_deferred` (suspend, the
+                    // deadline thread when armed) syncs it again.
+                    open.unsynced = true;
+                    open.sync_wal()?;
+                }
+                Durability::Deferred => open.unsynced = true,
+                Durability::Lazy => {}
             }
         }
         if result.is_ok() && self.wal_replaced(open) {
             // The commit went to a deleted WAL. Reopen (keeping the broken
             // connection only if reopening fails) and say so.
             if let Ok(fresh) = self.reconnect() {
-                *guard = Some(fresh);
+                **guard = Some(fresh);
             }
             return Err(Error::ForeignConnection.into());
         }
-        result
+        result.map(|((t, _), events)| Some((t, events)))
+    }
+
+    /// Makes every write committed so far durable now: one sync of the WAL
+    /// (also when nothing is pending: this is the explicit request).
+    ///
+    /// # Errors
+    /// Storage errors of the sync; [`Error::Suspended`].
+    pub fn sync(&self) -> Result<()> {
+        let mut guard = self.lock()?;
+        guard.as_mut().ok_or(Error::Suspended)?.sync_wal()
+    }
+
+    /// Makes the deferred writes durable if one is still not (one sync of
+    /// the WAL then, none otherwise). True when it synced.
+    ///
+    /// # Errors
+    /// Storage errors of the sync; [`Error::Suspended`] (a suspended store
+    /// synced when it was suspended).
+    pub fn sync_deferred(&self) -> Result<bool> {
+        let mut guard = self.lock()?;
+        let open = guard.as_mut().ok_or(Error::Suspended)?;
+        open.sync_unsynced()
+    }
+
+    /// True while a deferred write is not durable yet.
+    pub fn has_unsynced(&self) -> bool {
+        self.conn
+            .lock()
+            .map(|g| g.as_ref().is_some_and(|o| o.unsynced))
+            .unwrap_or(false)
     }
 
     /// True when the `-wal` file on disk is not the one `open` writes to.
     fn wal_replaced(&self, open: &Open) -> bool {
-        match (&self.location, open.wal) {
-            (Location::File(path), Some(known)) => file_id(&wal_path(path)) != Some(known),
+        match (&self.wal_file, open.wal) {
+            (Some(wal), Some(known)) => file_id(wal) != Some(known),
             _ => false,
         }
     }
@@ -473,7 +705,7 @@ impl Store {
             }
             _ => None,
         };
-        Ok(Open { conn, wal })
+        Ok(Open::new(conn, wal))
     }
 
     /// Copies the whole WAL into the main file and truncates the WAL (after
@@ -483,8 +715,12 @@ impl Store {
     /// Storage errors; [`Error::Busy`] when another connection's reader or
     /// writer keeps the checkpoint from completing.
     pub fn checkpoint(&self) -> Result<()> {
-        let guard = self.lock()?;
-        let conn = &guard.as_ref().ok_or(Error::Suspended)?.conn;
+        let mut guard = self.lock()?;
+        let open = guard.as_mut().ok_or(Error::Suspended)?;
+        // The checkpoint syncs the WAL only when it can copy frames; a
+        // deferred write must be durable whatever other connections hold.
+        open.sync_unsynced()?;
+        let conn = &open.conn;
         let (busy, _, _): (i64, i64, i64) =
             conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
@@ -505,9 +741,12 @@ impl Store {
     /// suspended all the same.
     pub fn suspend(&self) -> Result<()> {
         let mut guard = self.lock()?;
-        let Some(open) = guard.take() else {
+        let Some(mut open) = guard.take() else {
             return Ok(());
         };
+        // Deferred writes are durable before the app may be frozen, even
+        // when the checkpoint cannot copy every frame.
+        let synced = open.sync_unsynced().map(|_| ());
         let checkpoint = open
             .conn
             .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
@@ -518,7 +757,7 @@ impl Store {
             drop(conn);
             Error::from(e)
         });
-        checkpoint.and(closed)
+        synced.and(checkpoint).and(closed)
     }
 
     /// Closes the connection at once, with no checkpoint, as a killed
@@ -577,12 +816,13 @@ impl Store {
                 };
                 let conn = connect(&location, &self.options, false)?;
                 Ok(Store {
-                    conn: Mutex::new(Some(Open { conn, wal: None })),
+                    conn: Mutex::new(Some(Open::new(conn, None))),
                     location,
                     options: self.options,
                     ledger_id: None,
                     keys: self.keys,
                     sink: self.sink,
+                    wal_file: None,
                 })
             }
             _ => Ok(self),
@@ -624,6 +864,17 @@ fn run_in_transaction<T, E: From<Error>>(
     conn.prepare_cached(begin)
         .and_then(|mut s| s.execute([]))
         .map_err(Error::from)?;
+    run_begun(conn, keys, observe, f)
+}
+
+/// Runs `f` in the transaction just begun and commits it; the guard rolls
+/// back on every other path. Returns the status moves it made when `observe`.
+fn run_begun<T, E: From<Error>>(
+    conn: &Connection,
+    keys: Option<&crypt::Keys>,
+    observe: bool,
+    f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
+) -> std::result::Result<(T, Vec<MoveEvent>), E> {
     let mut guard = RollbackGuard { conn, armed: true };
     let dao = Dao::with_keys(conn, keys, observe);
     let out = f(&dao)?;
@@ -716,7 +967,10 @@ fn connect(location: &Location, options: &StoreOptions, create: bool) -> Result<
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
     let mut conn = match location {
-        Location::File(path) => Connection::open_with_flags(path, flags)?,
+        Location::File(path) => match &options.vfs {
+            Some(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs.as_str())?,
+            None => Connection::open_with_flags(path, flags)?,
+        },
         Location::ReadOnlyFile { path, immutable } => {
             return connect_read_only(path, *immutable, options)
         }
@@ -950,25 +1204,65 @@ mod tests {
     }
 
     #[test]
-    fn lazy_writes_restore_full_synchronous() {
+    fn each_write_commits_under_the_synchronous_setting_it_asks_for() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("s.db"), StoreOptions::default(), None).unwrap();
         let op = OperationId::new("op").unwrap();
-        store
-            .write(Durability::Lazy, |dao| {
-                dao.ensure_operation(&op, 1).map(|_| ())
-            })
-            .unwrap();
+        let setting = |durability| {
+            store
+                .write(durability, |dao| {
+                    dao.ensure_operation(&op, 1)?;
+                    dao.tx
+                        .query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))
+                        .map_err(Error::from)
+                })
+                .unwrap()
+        };
+        // NORMAL (1) for lazy and deferred writes, FULL (2) for full ones,
+        // whatever came before.
+        assert_eq!(setting(Durability::Lazy), 1);
+        assert_eq!(setting(Durability::Full), 2);
+        assert_eq!(setting(Durability::Deferred), 1);
+        assert!(store.has_unsynced());
+        assert_eq!(setting(Durability::Synced), 1);
+        assert!(
+            !store.has_unsynced(),
+            "a synced write syncs what came before"
+        );
+        assert_eq!(setting(Durability::Deferred), 1);
+        assert_eq!(setting(Durability::Lazy), 1);
+        assert!(store.has_unsynced(), "a lazy write does not sync");
+        assert_eq!(setting(Durability::Full), 2);
+        assert!(!store.has_unsynced(), "a full write syncs what came before");
         let guard = store.lock().unwrap();
         let conn = &guard.as_ref().unwrap().conn;
-        let sync: i64 = conn
-            .query_row("PRAGMA synchronous", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(sync, 2, "FULL");
         let fk: i64 = conn
             .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
             .unwrap();
         assert_eq!(fk, 1);
+    }
+
+    #[test]
+    fn a_deferred_write_is_synced_once_by_sync_deferred_and_by_suspend() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db"), StoreOptions::default(), None).unwrap();
+        let op = OperationId::new("op").unwrap();
+        let deferred = || {
+            store
+                .write(Durability::Deferred, |dao| {
+                    dao.ensure_operation(&op, 1).map(|_| ())
+                })
+                .unwrap()
+        };
+        assert!(!store.sync_deferred().unwrap(), "nothing pending");
+        deferred();
+        assert!(store.sync_deferred().unwrap());
+        assert!(!store.sync_deferred().unwrap(), "synced once");
+        deferred();
+        store.suspend().unwrap();
+        store.resume().unwrap();
+        assert!(!store.has_unsynced());
+        store.sync().unwrap();
     }
 
     #[test]

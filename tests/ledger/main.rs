@@ -1,7 +1,9 @@
 //! The library's integration tests: one test binary, one module per
 //! capability (each covers the ledger API and the executor for that
-//! capability). The seeded simulation of live owners is its own binary
-//! (`tests/simulation.rs`): a long proof run, sized by environment variables.
+//! capability). Two long proof runs, sized by environment variables, are
+//! binaries of their own: the seeded simulation of live owners
+//! (`tests/simulation.rs`) and the power cuts of the durability policy
+//! (`tests/power_loss/`).
 //!
 //! Helpers shared with the torture harness live in `tests/support`
 //! (package `toolledger-test-support`).

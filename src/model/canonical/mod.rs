@@ -302,7 +302,7 @@ impl Parser<'_> {
                 }
                 Some(b'"') => {
                     self.pos += 1;
-                    write_json_string(&mut out, &self.string()?);
+                    self.string_value(&mut out)?;
                 }
                 Some(b't') => self.literal("true", &mut out)?,
                 Some(b'f') => self.literal("false", &mut out)?,
@@ -385,6 +385,34 @@ impl Parser<'_> {
         }
         self.pos += word.len();
         out.push_str(word);
+        Ok(())
+    }
+
+    /// Writes the string literal whose opening quote was just consumed, in
+    /// canonical form. One without escapes is canonical as it stands (only
+    /// `"`, `\\` and control characters are escaped, and a raw control
+    /// character is an error): it is copied, not decoded and re-escaped.
+    fn string_value(&mut self, out: &mut String) -> Result<(), JsonError> {
+        let start = self.pos;
+        let rest = self.bytes.get(start..).unwrap_or_default();
+        if let Some(len) = rest
+            .iter()
+            .position(|&b| matches!(b, b'"' | b'\\' | 0..=0x1f))
+        {
+            if rest.get(len) == Some(&b'"') {
+                // `start` and `start + len` sit next to ASCII bytes.
+                let raw = self.src.get(start..start + len);
+                let raw = raw.ok_or_else(|| self.err("not a char boundary"))?;
+                out.reserve(len + 2);
+                out.push('"');
+                out.push_str(raw);
+                out.push('"');
+                self.pos = start + len + 1;
+                return Ok(());
+            }
+        }
+        let decoded = self.string()?;
+        write_json_string(out, &decoded);
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 
 pub mod downstream;
 pub mod http;
+pub mod power_vfs;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -20,7 +20,8 @@
 use crate::bench_figures::{self as fig, HappyPath};
 use crate::bench_readonly::{read_only, Driver};
 use crate::bench_support::{
-    delayed_sync_means, fresh_dir, peak_rss_kib, strace_syncs, Samples, SyncCounts,
+    callgrind_instructions, delayed_sync_means, fresh_dir, peak_rss_kib, strace_syncs, Samples,
+    SyncCounts,
 };
 use crate::{BenchArgs, BenchOnly};
 use crate::{CliError, CliResult};
@@ -31,6 +32,7 @@ const TARGET_REPLAY_US: f64 = 20.0;
 const TARGET_READONLY_US: f64 = 10.0;
 const TARGET_RECOVER_MS: f64 = 5.0;
 const TARGET_BYTES: f64 = 1024.0;
+const TARGET_INSTRUCTIONS: f64 = 100_000.0;
 
 /// The extra fsync latency of the emulated phone-like storage, µs.
 const DELAY_US: u64 = 2000;
@@ -46,9 +48,8 @@ pub fn run(args: &BenchArgs) -> CliResult<()> {
     if let Some(only) = args.only {
         // Child mode under strace: the directory is the parent's scratch.
         return match only {
-            BenchOnly::HappyPath => fig::only_calls(&base, false, args.calls(), args.markers),
-            BenchOnly::Floor => fig::only_calls(&base, true, args.calls(), args.markers),
             BenchOnly::Round8 => fig::round8(&base, args.calls(), args.markers).map(|_| ()),
+            other => fig::only_calls(&base, other, args.class, args.calls(), args.markers),
         };
     }
     let dir = fresh_dir(&base)?;
@@ -68,8 +69,28 @@ struct Figures {
     ro_current: (Samples, Samples, u64),
     bytes: (f64, Vec<(String, f64)>),
     recover: fig::RecoverFigure,
-    syncs: Option<[SyncCounts; 3]>,
+    syncs: Option<Syncs>,
     delayed: Option<(f64, f64)>,
+    instructions: Option<Instructions>,
+}
+
+/// fsync counts per call (strace), per path.
+struct Syncs {
+    floor: SyncCounts,
+    floor1: SyncCounts,
+    key: SyncCounts,
+    lookup: SyncCounts,
+    neither: SyncCounts,
+    round8: SyncCounts,
+}
+
+/// Instructions per call (callgrind), per path.
+struct Instructions {
+    key: f64,
+    neither: f64,
+    executor: f64,
+    floor: f64,
+    floor1: f64,
 }
 
 fn progress(what: &str) {
@@ -110,6 +131,12 @@ fn run_all(args: &BenchArgs, dir: &std::path::Path) -> CliResult<()> {
         };
         (syncs, delayed)
     };
+    let instructions = if args.no_callgrind {
+        None
+    } else {
+        progress("instructions per call under callgrind");
+        count_instructions(dir)?
+    };
     progress("recover() on a large history");
     let recover = fig::recover(dir, args.recover_rows)?;
     let figures = Figures {
@@ -123,24 +150,51 @@ fn run_all(args: &BenchArgs, dir: &std::path::Path) -> CliResult<()> {
         recover,
         syncs,
         delayed,
+        instructions,
     };
     print_report(args, dir, &figures);
     Ok(())
 }
 
-fn count_syncs(dir: &std::path::Path, rounds: u64) -> CliResult<Option<[SyncCounts; 3]>> {
-    let Some(ledger) = strace_syncs("happy-path", 500, dir)? else {
+fn count_syncs(dir: &std::path::Path, rounds: u64) -> CliResult<Option<Syncs>> {
+    let Some(key) = strace_syncs("happy-path", "key", 500, dir)? else {
         progress("strace not found: fsync counts skipped (scripts/bench.sh installs it)");
         return Ok(None);
     };
-    let floor = strace_syncs("floor", 500, dir)?.unwrap_or_default();
-    let round8 = strace_syncs("round8", rounds, dir)?.unwrap_or_default();
-    if ledger.calls == 0 {
+    let count = |only: &str, class: &str, n: u64| -> CliResult<SyncCounts> {
+        Ok(strace_syncs(only, class, n, dir)?.unwrap_or_default())
+    };
+    let syncs = Syncs {
+        key,
+        lookup: count("happy-path", "lookup", 500)?,
+        neither: count("happy-path", "neither", 500)?,
+        floor: count("floor", "key", 500)?,
+        floor1: count("floor1", "key", 500)?,
+        round8: count("round8", "key", rounds)?,
+    };
+    if syncs.key.calls == 0 {
         return Err(CliError::Other(
             "strace recorded no markers (is ptrace allowed here?)".into(),
         ));
     }
-    Ok(Some([floor, ledger, round8]))
+    Ok(Some(syncs))
+}
+
+fn count_instructions(dir: &std::path::Path) -> CliResult<Option<Instructions>> {
+    let Some(key) = callgrind_instructions("happy-path", "key", dir)? else {
+        progress("valgrind not found: instructions per call skipped (apt-get install valgrind)");
+        return Ok(None);
+    };
+    let count = |only: &str, class: &str| -> CliResult<f64> {
+        Ok(callgrind_instructions(only, class, dir)?.unwrap_or(0.0))
+    };
+    Ok(Some(Instructions {
+        key,
+        neither: count("happy-path", "neither")?,
+        executor: count("executor", "key")?,
+        floor: count("floor", "key")?,
+        floor1: count("floor1", "key")?,
+    }))
 }
 
 fn verdict(met: bool) -> &'static str {
@@ -166,7 +220,7 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
         args.calls()
     );
     say!(
-        "  {:<52} {:>9} {:>9} {:>9}",
+        "  {:<60} {:>9} {:>9} {:>9}",
         "",
         "p50 µs",
         "p99 µs",
@@ -174,7 +228,7 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
     );
     let row = |label: &str, s: &Samples| {
         say!(
-            "  {label:<52} {:>9.1} {:>9.1} {:>9.1}",
+            "  {label:<60} {:>9.1} {:>9.1} {:>9.1}",
             s.quantile_us(0.5),
             s.quantile_us(0.99),
             s.mean_us()
@@ -182,41 +236,84 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
     };
     row("(a) floor: bare rusqlite, 2 FULL commits", &f.happy.floor);
     row(
-        "(b) Ledger API: begin → commit → mark_delivered",
+        "(a1) floor1: bare rusqlite, ONE FULL commit",
+        &f.happy.floor1,
+    );
+    row(
+        "(b) Ledger API, key tool: begin → commit → mark_delivered",
         &f.happy.ledger,
     );
-    row("(b') Executor: execute + mark_delivered", &f.happy.executor);
-    let ratio = f.happy.totals[1] as f64 / f.happy.totals[0].max(1) as f64;
-    let ratio_x = f.happy.totals[2] as f64 / f.happy.totals[0].max(1) as f64;
-    let ratio_e = f.happy.totals[3] as f64 / f.happy.totals[0].max(1) as f64;
-    let ratio_p50 = f.happy.ledger.quantile_us(0.5) / f.happy.floor.quantile_us(0.5).max(1e-9);
+    row(
+        "(b') Executor, key tool: execute + mark_delivered",
+        &f.happy.executor,
+    );
+    row(
+        "(c) Ledger API, neither-tool (durable commit)",
+        &f.happy.neither,
+    );
+    row(
+        "(b'') Ledger API, key tool, encrypted ledger",
+        &f.happy.encrypted,
+    );
+    let total = |k: usize| f.happy.totals[k] as f64;
+    let ratio1 = total(2) / total(1).max(1.0);
+    let ratio1_x = total(3) / total(1).max(1.0);
+    let ratio1_p50 = f.happy.ledger.quantile_us(0.5) / f.happy.floor1.quantile_us(0.5).max(1e-9);
+    let ratio = total(4) / total(0).max(1.0);
+    let ratio_p50 = f.happy.neither.quantile_us(0.5) / f.happy.floor.quantile_us(0.5).max(1e-9);
+    // The key tool on an encrypted ledger, against the same floor as the
+    // plain headline (target: within 10 % of it).
+    let ratio1_e = total(5) / total(1).max(1.0);
     say!(
-        "  ratio b/a (total time) {ratio:.3}  (p50 {ratio_p50:.3})  target ≤ {TARGET_RATIO}  {}",
-        verdict(ratio <= TARGET_RATIO)
+        "  ratio b/a1 (total time) {ratio1:.3}  (p50 {ratio1_p50:.3})  target ≤ {TARGET_RATIO}  {}",
+        verdict(ratio1 <= TARGET_RATIO)
     );
     say!(
-        "  ratio b'/a (total time) {ratio_x:.3}  (Executor; same target {})",
-        verdict(ratio_x <= TARGET_RATIO)
+        "  ratio b'/a1 (total time) {ratio1_x:.3}  (Executor; same target {})",
+        verdict(ratio1_x <= TARGET_RATIO)
     );
+    say!("  ratio c/a (total time) {ratio:.3}  (p50 {ratio_p50:.3}; a neither-tool against two commits)");
     match &f.syncs {
-        Some([floor, ledger, _]) => say!(
-            "  fsync+fdatasync per call (strace, {} calls each): floor median {} mean {:.3} max {} | ledger median {} mean {:.3} max {}",
-            ledger.calls,
-            floor.median,
-            floor.mean(),
-            floor.max,
-            ledger.median,
-            ledger.mean(),
-            ledger.max
-        ),
+        Some(sy) => {
+            let line = |label: &str, c: &SyncCounts| {
+                say!(
+                    "  fsync+fdatasync per call, {label} (strace, {} calls): median {} mean {:.3} max {}",
+                    c.calls,
+                    c.median,
+                    c.mean(),
+                    c.max
+                );
+            };
+            line("floor (2 commits)", &sy.floor);
+            line("floor1 (1 commit)", &sy.floor1);
+            line("Ledger API, key tool", &sy.key);
+            line("Ledger API, lookup tool", &sy.lookup);
+            line("Ledger API, neither-tool", &sy.neither);
+            say!(
+                "  target: median 1 for key and lookup tools, 2 for neither-tools  {}",
+                verdict(sy.key.median == 1 && sy.lookup.median == 1 && sy.neither.median == 2)
+            );
+        }
         None => say!("  fsync per call: not counted (no strace; run scripts/bench.sh)"),
     }
     if let Some((floor_us, ledger_us)) = f.delayed {
         say!(
-            "  with every fsync {} ms slower (phone-like storage, strace delay injection; 4 alternating runs of 50 calls): floor {floor_us:.0} µs, Ledger {ledger_us:.0} µs per call → ratio {:.3}",
+            "  with every fsync {} ms slower (phone-like storage, strace delay injection; 4 alternating runs of 50 calls): floor1 {floor_us:.0} µs, Ledger (key tool) {ledger_us:.0} µs per call → ratio {:.3}",
             DELAY_US / 1000,
             ledger_us / floor_us.max(1e-9)
         );
+    }
+    match &f.instructions {
+        Some(i) => say!(
+            "  instructions per call (callgrind): Ledger API key tool {:.0}, neither-tool {:.0}, Executor key tool {:.0}; floor {:.0}, floor1 {:.0}  target ≤ {TARGET_INSTRUCTIONS}  {}",
+            i.key,
+            i.neither,
+            i.executor,
+            i.floor,
+            i.floor1,
+            verdict(i.key <= TARGET_INSTRUCTIONS)
+        ),
+        None => say!("  instructions per call: not counted (no valgrind)"),
     }
     say!();
     let (replay, replay_commits) = &f.replay;
@@ -230,7 +327,7 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
     );
     let (r8, r8_commits) = &f.round8;
     let r8_commit_median = r8_commits.get(r8_commits.len() / 2).copied().unwrap_or(0);
-    let r8_syncs = f.syncs.as_ref().map(|s| s[2]);
+    let r8_syncs = f.syncs.as_ref().map(|s| s.round8);
     say!(
         "begin_round of 8 new calls ({} rounds): p50 {:.1} µs  p99 {:.1} µs  syncs per round: {}  WAL commits (in-process cross-check, median) {}  target 1 sync  {}",
         r8.0.len(),
@@ -292,23 +389,26 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
     );
     say!();
     let mut lines: Vec<(String, String)> = vec![
-        ("happy_path_vs_floor_ratio".into(), format!("{ratio:.3}")),
-        // The same Ledger API on an encrypted ledger (target: within 10 % of
-        // the plain ratio).
+        ("happy_path_vs_floor1_ratio".into(), format!("{ratio1:.3}")),
+        // The same Ledger API call on an encrypted ledger, against floor1.
         (
             "encrypted_happy_path_vs_floor_ratio".into(),
-            format!("{ratio_e:.3}"),
+            format!("{ratio1_e:.3}"),
         ),
         (
             "encrypted_happy_path_p50_us".into(),
             format!("{:.1}", f.happy.encrypted.quantile_us(0.5)),
         ),
         (
-            "executor_happy_path_vs_floor_ratio".into(),
-            format!("{ratio_x:.3}"),
+            "executor_happy_path_vs_floor1_ratio".into(),
+            format!("{ratio1_x:.3}"),
         ),
-        // The same comparison on the medians (the figure above is on total
-        // time, tails included).
+        (
+            "happy_path_vs_floor1_p50_ratio".into(),
+            format!("{ratio1_p50:.3}"),
+        ),
+        // A neither-tool (two durable commits) against the two-commit floor.
+        ("happy_path_vs_floor_ratio".into(), format!("{ratio:.3}")),
         (
             "happy_path_vs_floor_p50_ratio".into(),
             format!("{ratio_p50:.3}"),
@@ -318,8 +418,12 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
             format!("{:.1}", f.happy.floor.quantile_us(0.5)),
         ),
         (
-            "floor_p99_us".into(),
-            format!("{:.1}", f.happy.floor.quantile_us(0.99)),
+            "floor1_p50_us".into(),
+            format!("{:.1}", f.happy.floor1.quantile_us(0.5)),
+        ),
+        (
+            "floor1_p99_us".into(),
+            format!("{:.1}", f.happy.floor1.quantile_us(0.99)),
         ),
         (
             "happy_path_p50_us".into(),
@@ -336,6 +440,10 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
         (
             "executor_happy_path_p99_us".into(),
             format!("{:.1}", f.happy.executor.quantile_us(0.99)),
+        ),
+        (
+            "neither_happy_path_p50_us".into(),
+            format!("{:.1}", f.happy.neither.quantile_us(0.5)),
         ),
         (
             "replay_p50_us".into(),
@@ -386,20 +494,63 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
     ];
     if let Some((floor_us, ledger_us)) = f.delayed {
         lines.push((
-            "happy_path_vs_floor_ratio_2ms_fsync".into(),
+            "happy_path_vs_floor1_ratio_2ms_fsync".into(),
             format!("{:.3}", ledger_us / floor_us.max(1e-9)),
         ));
     }
     match &f.syncs {
-        Some([floor, ledger, _]) => {
-            lines.push(("fsyncs_per_call".into(), format!("{:.3}", ledger.mean())));
-            lines.push(("fsyncs_per_call_median".into(), ledger.median.to_string()));
+        Some(sy) => {
+            lines.push(("syncs_per_call".into(), sy.key.median.to_string()));
+            lines.push(("syncs_per_call_key".into(), sy.key.median.to_string()));
+            lines.push(("syncs_per_call_lookup".into(), sy.lookup.median.to_string()));
+            lines.push((
+                "syncs_per_call_neither".into(),
+                sy.neither.median.to_string(),
+            ));
+            lines.push(("fsyncs_per_call".into(), format!("{:.3}", sy.key.mean())));
+            lines.push((
+                "fsyncs_per_call_lookup".into(),
+                format!("{:.3}", sy.lookup.mean()),
+            ));
+            lines.push((
+                "fsyncs_per_call_neither".into(),
+                format!("{:.3}", sy.neither.mean()),
+            ));
             lines.push((
                 "floor_fsyncs_per_call".into(),
-                format!("{:.3}", floor.mean()),
+                format!("{:.3}", sy.floor.mean()),
+            ));
+            lines.push((
+                "floor1_fsyncs_per_call".into(),
+                format!("{:.3}", sy.floor1.mean()),
             ));
         }
-        None => lines.push(("fsyncs_per_call".into(), "n/a".into())),
+        None => {
+            lines.push(("syncs_per_call".into(), "n/a".into()));
+            lines.push(("fsyncs_per_call".into(), "n/a".into()));
+        }
+    }
+    match &f.instructions {
+        Some(i) => {
+            lines.push(("instructions_per_call".into(), format!("{:.0}", i.key)));
+            lines.push((
+                "instructions_per_call_neither".into(),
+                format!("{:.0}", i.neither),
+            ));
+            lines.push((
+                "executor_instructions_per_call".into(),
+                format!("{:.0}", i.executor),
+            ));
+            lines.push((
+                "floor_instructions_per_call".into(),
+                format!("{:.0}", i.floor),
+            ));
+            lines.push((
+                "floor1_instructions_per_call".into(),
+                format!("{:.0}", i.floor1),
+            ));
+        }
+        None => lines.push(("instructions_per_call".into(), "n/a".into())),
     }
     lines.push((
         "peak_rss_kib".into(),

@@ -11,26 +11,35 @@ use toolledger::executor::{CallOutcome, Executor, ExecutorConfig};
 use toolledger::ledger::{Begin, CallSpec, Ledger, LedgerConfig};
 use toolledger::model::{ExecutionId, ExecutionIdParts, OperationId, ToolCall};
 
-use crate::bench_support::{marker, result_200, wal_commits, Floor, NoopSend, Samples, ARGS};
-use crate::{CliError, CliResult};
+use crate::bench_support::{
+    marker, result_200, tool_of, wal_commits, Floor, NoopSend, Samples, ARGS,
+};
+use crate::{Class, CliError, CliResult};
 
 fn other(msg: impl Into<String>) -> CliError {
     CliError::Other(msg.into())
 }
 
-/// The operation, round and call of happy-path call `i` of series `series`:
-/// 8 rounds of one call per operation.
-fn call_of(series: &str, i: u64) -> CliResult<(OperationId, u32, ToolCall)> {
+/// The operation, round and call of happy-path call `i` of series `series`
+/// to the tool of `class`: 8 rounds of one call per operation.
+fn call_of(series: &str, i: u64, class: Class) -> CliResult<(OperationId, u32, ToolCall)> {
     let op = OperationId::new(format!("bench_{series}_op_{}", i / 8))?;
-    let call = ToolCall::custom(format!("call_{i}"), "send_email", ARGS);
+    let call = ToolCall::custom(format!("call_{i}"), tool_of(class).0, ARGS);
     Ok((op, (i % 8) as u32, call))
 }
 
 /// One side-effecting call through the Ledger API: durable intent, the no-op
-/// tool, durable result, lazy delivery mark.
-pub fn ledger_call(ledger: &Ledger, series: &str, i: u64, result: &str) -> CliResult<u64> {
-    let (op, round, call) = call_of(series, i)?;
-    let spec = CallSpec::new(call, 1);
+/// tool, the result committed as the tool's class allows (deferred for a key
+/// or lookup tool, durable for a neither-tool), lazy delivery mark.
+pub fn ledger_call(
+    ledger: &Ledger,
+    series: &str,
+    i: u64,
+    result: &str,
+    class: Class,
+) -> CliResult<u64> {
+    let (op, round, call) = call_of(series, i, class)?;
+    let spec = CallSpec::new(call, 1).with_downstream(tool_of(class).1);
     let started = Instant::now();
     let Begin::Execute(ticket) = ledger.begin(&op, round, &spec)? else {
         return Err(other("bench: a fresh call was not answered Execute"));
@@ -40,8 +49,14 @@ pub fn ledger_call(ledger: &Ledger, series: &str, i: u64, result: &str) -> CliRe
     Ok(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
-fn executor_call(rt: &Runtime, executor: &Executor, i: u64) -> CliResult<u64> {
-    let (op, round, call) = call_of("x", i)?;
+fn executor_call(
+    rt: &Runtime,
+    executor: &Executor,
+    series: &str,
+    i: u64,
+    class: Class,
+) -> CliResult<u64> {
+    let (op, round, call) = call_of(series, i, class)?;
     let started = Instant::now();
     let outcome = rt
         .block_on(executor.execute(&op, round, call))
@@ -60,8 +75,22 @@ fn executor_call(rt: &Runtime, executor: &Executor, i: u64) -> CliResult<u64> {
     Ok(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
-fn floor_id(i: u64) -> CliResult<String> {
-    let (op, round, call) = call_of("f", i)?;
+/// An executor over `ledger` with the no-op tool of every class.
+pub fn bench_executor(ledger: &Arc<Ledger>) -> CliResult<Executor> {
+    let executor = Executor::new(ledger.clone(), ExecutorConfig::default());
+    for class in [Class::Key, Class::Lookup, Class::Neither] {
+        executor
+            .register(Arc::new(NoopSend {
+                result: result_200(),
+                class,
+            }))
+            .map_err(|e| other(format!("bench: {e}")))?;
+    }
+    Ok(executor)
+}
+
+fn floor_id(series: &str, i: u64) -> CliResult<String> {
+    let (op, round, call) = call_of(series, i, Class::Key)?;
     Ok(ExecutionId::derive(&ExecutionIdParts {
         operation: &op,
         round,
@@ -77,24 +106,38 @@ pub fn open_ledger(path: &Path) -> CliResult<Arc<Ledger>> {
     Ok(Arc::new(Ledger::open(path, LedgerConfig::default())?))
 }
 
-/// Latencies of the three happy paths, measured side by side.
+/// The series of the happy-path figure, in their rotation order.
+pub const SERIES: [&str; 6] = [
+    "floor2",
+    "floor1",
+    "ledger_key",
+    "executor_key",
+    "ledger_neither",
+    "ledger_key_encrypted",
+];
+
+/// Latencies of the happy paths and the floors, measured side by side.
 pub struct HappyPath {
-    /// (a) the raw-SQLite floor.
+    /// (a) the raw-SQLite floor of two durable commits.
     pub floor: Samples,
-    /// (b) the Ledger API.
+    /// (a1) the raw-SQLite floor of ONE durable commit.
+    pub floor1: Samples,
+    /// (b) the Ledger API, a key tool (commit deferred: one sync).
     pub ledger: Samples,
-    /// (b') the Executor (plus `mark_delivered`).
+    /// (b') the Executor (plus `mark_delivered`), a key tool.
     pub executor: Samples,
-    /// (b'') the Ledger API on an encrypted ledger (values sealed, digests
-    /// keyed).
+    /// (c) the Ledger API, a neither-tool (durable commit: two syncs).
+    pub neither: Samples,
+    /// (b'') the Ledger API, a key tool, on an encrypted ledger (values
+    /// sealed, digests keyed).
     pub encrypted: Samples,
-    /// Wall time of each series, nanoseconds (the ratio uses these): floor,
-    /// Ledger, Executor, encrypted Ledger.
-    pub totals: [u64; 4],
+    /// Wall time of each series, nanoseconds (the ratios use these), in
+    /// the order of [`SERIES`].
+    pub totals: [u64; 6],
 }
 
-/// Runs `batches` rounds of `calls` floor, Ledger, Executor and encrypted
-/// Ledger calls, in a rotating order so that machine noise hits all alike.
+/// Runs `batches` rounds of `calls` calls of each series, in a rotating
+/// order so that machine noise hits all of them alike.
 pub fn happy_path(
     dir: &Path,
     rt: &Runtime,
@@ -102,59 +145,56 @@ pub fn happy_path(
     batches: u64,
 ) -> CliResult<(HappyPath, Arc<Ledger>)> {
     let mut floor = Floor::open(&dir.join("floor.db"))?;
+    let mut floor1 = Floor::open(&dir.join("floor1.db"))?;
     let ledger = open_ledger(&dir.join("happy.db"))?;
+    let executor = bench_executor(&ledger)?;
     let key = toolledger::ledger::LedgerKey::generate().map_err(toolledger::ledger::Error::from)?;
     let encrypted =
         Ledger::open_encrypted(&dir.join("encrypted.db"), LedgerConfig::default(), &key)?;
-    let executor = Executor::new(ledger.clone(), ExecutorConfig::default());
-    executor
-        .register(Arc::new(NoopSend {
-            result: result_200(),
-        }))
-        .map_err(|e| other(format!("bench: {e}")))?;
     let result = result_200();
     let mut out = HappyPath {
         floor: Samples::default(),
+        floor1: Samples::default(),
         ledger: Samples::default(),
         executor: Samples::default(),
+        neither: Samples::default(),
         encrypted: Samples::default(),
-        totals: [0; 4],
+        totals: [0; 6],
     };
-    let (mut fi, mut li, mut xi, mut ei) = (0u64, 0u64, 0u64, 0u64);
+    let mut next = [0u64; 6];
+    let n = SERIES.len() as u64;
     for batch in 0..batches {
-        for k in 0..4 {
-            let kind = (k + batch) % 4;
+        for k in 0..n {
+            let kind = ((k + batch) % n) as usize;
             for _ in 0..calls {
+                let i = next[kind];
+                next[kind] += 1;
                 let ns = match kind {
-                    0 => {
-                        let id = floor_id(fi)?;
-                        fi += 1;
+                    0 | 1 => {
+                        let id = floor_id(if kind == 0 { "f" } else { "g" }, i)?;
                         let started = Instant::now();
-                        floor.call(&id, &result)?;
-                        let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                        out.floor.0.push(ns);
-                        ns
+                        if kind == 0 {
+                            floor.call(&id, &result)?;
+                        } else {
+                            floor1.call1(&id, &result)?;
+                        }
+                        u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX)
                     }
-                    1 => {
-                        let ns = ledger_call(&ledger, "l", li, &result)?;
-                        li += 1;
-                        out.ledger.0.push(ns);
-                        ns
-                    }
-                    3 => {
-                        let ns = ledger_call(&encrypted, "e", ei, &result)?;
-                        ei += 1;
-                        out.encrypted.0.push(ns);
-                        ns
-                    }
-                    _ => {
-                        let ns = executor_call(rt, &executor, xi)?;
-                        xi += 1;
-                        out.executor.0.push(ns);
-                        ns
-                    }
+                    2 => ledger_call(&ledger, "l", i, &result, Class::Key)?,
+                    3 => executor_call(rt, &executor, "x", i, Class::Key)?,
+                    4 => ledger_call(&ledger, "n", i, &result, Class::Neither)?,
+                    _ => ledger_call(&encrypted, "e", i, &result, Class::Key)?,
                 };
-                out.totals[kind as usize] += ns;
+                let samples = match kind {
+                    0 => &mut out.floor,
+                    1 => &mut out.floor1,
+                    2 => &mut out.ledger,
+                    3 => &mut out.executor,
+                    4 => &mut out.neither,
+                    _ => &mut out.encrypted,
+                };
+                samples.0.push(ns);
+                out.totals[kind] += ns;
             }
         }
     }
@@ -163,8 +203,8 @@ pub fn happy_path(
 
 /// Replay latency of a committed call and the WAL commits it caused.
 pub fn replay(ledger: &Ledger, path: &Path, samples: u64) -> CliResult<(Samples, u64)> {
-    let (op, round, call) = call_of("l", 0)?;
-    let spec = CallSpec::new(call, 1);
+    let (op, round, call) = call_of("l", 0, Class::Key)?;
+    let spec = CallSpec::new(call, 1).with_downstream(tool_of(Class::Key).1);
     let before = wal_commits(path)?;
     let mut out = Samples::default();
     for _ in 0..samples {
@@ -199,7 +239,7 @@ pub fn round8(dir: &Path, rounds: u64, markers: bool) -> CliResult<(Samples, Vec
         let op = OperationId::new(format!("r8_op_{r}"))?;
         let specs: Vec<CallSpec> = (0..8u32)
             .map(|p| {
-                let mut call = ToolCall::custom(format!("call_{p}"), "send_email", ARGS);
+                let mut call = ToolCall::custom(format!("call_{p}"), tool_of(Class::Key).0, ARGS);
                 call.position = p;
                 CallSpec::new(call, 1)
             })
@@ -236,13 +276,13 @@ pub fn bytes_per_execution(dir: &Path, calls: u64) -> CliResult<(f64, Vec<(Strin
     let result = result_200();
     // Warm up: schema pages and the first pages of every table exist.
     for i in 0..64 {
-        ledger_call(&ledger, "w", i, &result)?;
+        ledger_call(&ledger, "w", i, &result, Class::Key)?;
     }
     ledger.checkpoint()?;
     let before_file = std::fs::metadata(&path)?.len();
     let before_tables = table_bytes(&path)?;
     for i in 0..calls {
-        ledger_call(&ledger, "b", i, &result)?;
+        ledger_call(&ledger, "b", i, &result, Class::Key)?;
     }
     ledger.checkpoint()?;
     let after_file = std::fs::metadata(&path)?.len();
@@ -311,20 +351,20 @@ pub fn recover(dir: &Path, rows: u64) -> CliResult<RecoverFigure> {
         // 25 executing rows owned by a session that then dies.
         let dead = open_ledger(&path)?;
         for i in 0..25 {
-            let (op, round, call) = call_of("dead", i)?;
+            let (op, round, call) = call_of("dead", i, Class::Key)?;
             let _ = dead.begin(&op, round, &CallSpec::new(call, 1))?;
         }
     }
     {
         let ledger = open_ledger(&path)?;
         for i in 0..25 {
-            let (op, round, call) = call_of("approve", i)?;
+            let (op, round, call) = call_of("approve", i, Class::Key)?;
             let _ = ledger.begin(&op, round, &CallSpec::new(call, 1).with_approval())?;
-            let (op, round, call) = call_of("undelivered", i)?;
+            let (op, round, call) = call_of("undelivered", i, Class::Key)?;
             if let Begin::Execute(t) = ledger.begin(&op, round, &CallSpec::new(call, 1))? {
                 ledger.commit(&t.attempt_id(), &result, None)?;
             }
-            let (op, round, call) = call_of("unknown", i)?;
+            let (op, round, call) = call_of("unknown", i, Class::Key)?;
             if let Begin::Execute(t) = ledger.begin(&op, round, &CallSpec::new(call, 1))? {
                 ledger.mark_outcome_unknown(&t.attempt_id(), "bench: timed out")?;
             }
@@ -363,7 +403,7 @@ fn fill_history(path: &Path, rows: u64) -> CliResult<()> {
     const TEMPLATE: &str = "hist_template";
     let template = {
         let ledger = open_ledger(path)?;
-        let (op, round, call) = call_of(TEMPLATE, 0)?;
+        let (op, round, call) = call_of(TEMPLATE, 0, Class::Key)?;
         match ledger.begin(&op, round, &CallSpec::new(call, 1))? {
             Begin::Execute(t) => {
                 ledger.commit(&t.attempt_id(), &result_200(), Some("msg_0"))?;
@@ -418,33 +458,58 @@ fn fill_history(path: &Path, rows: u64) -> CliResult<()> {
     Ok(())
 }
 
-/// `--only happy-path|floor --markers`: N calls with a strace marker before
-/// each and after the last.
-pub fn only_calls(dir: &Path, floor: bool, calls: u64, markers: bool) -> CliResult<()> {
+/// `--only happy-path|executor|floor|floor1 --markers`: N calls with a
+/// strace marker before each and after the last.
+pub fn only_calls(
+    dir: &Path,
+    only: crate::BenchOnly,
+    class: Class,
+    calls: u64,
+    markers: bool,
+) -> CliResult<()> {
+    use crate::BenchOnly;
     let result = result_200();
     let mut total_ns = 0u64;
-    if floor {
-        let mut f = Floor::open(&dir.join("floor.db"))?;
-        for i in 0..calls {
-            let id = floor_id(i)?;
+    {
+        let mut each = |f: &mut dyn FnMut(u64) -> CliResult<u64>| -> CliResult<()> {
+            for i in 0..calls {
+                if markers {
+                    marker();
+                }
+                total_ns += f(i)?;
+            }
             if markers {
                 marker();
             }
-            let started = Instant::now();
-            f.call(&id, &result)?;
-            total_ns += u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        }
-    } else {
-        let ledger = open_ledger(&dir.join("happy.db"))?;
-        for i in 0..calls {
-            if markers {
-                marker();
+            Ok(())
+        };
+        match only {
+            BenchOnly::Floor | BenchOnly::Floor1 => {
+                let mut f = Floor::open(&dir.join("floor.db"))?;
+                each(&mut |i| {
+                    let id = floor_id("f", i)?;
+                    let started = Instant::now();
+                    if only == BenchOnly::Floor {
+                        f.call(&id, &result)?;
+                    } else {
+                        f.call1(&id, &result)?;
+                    }
+                    Ok(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX))
+                })?;
             }
-            total_ns += ledger_call(&ledger, "l", i, &result)?;
+            BenchOnly::Executor => {
+                let ledger = open_ledger(&dir.join("happy.db"))?;
+                let executor = bench_executor(&ledger)?;
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                each(&mut |i| executor_call(&rt, &executor, "x", i, class))?;
+            }
+            _ => {
+                let ledger = open_ledger(&dir.join("happy.db"))?;
+                each(&mut |i| ledger_call(&ledger, "l", i, &result, class))?;
+            }
         }
-    }
-    if markers {
-        marker();
     }
     // For the parent: the mean per call, in microseconds.
     say!(

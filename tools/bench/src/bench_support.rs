@@ -17,8 +17,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{params, Connection, TransactionBehavior};
 use toolledger::executor::{PerformOutcome, ToolDescriptor, ToolError, ToolHandler, ToolRequest};
+use toolledger::ledger::Downstream;
 
-use crate::{CliError, CliResult};
+use crate::{Class, CliError, CliResult};
 
 /// The arguments of every benchmark call (an ordinary small email).
 pub const ARGS: &str =
@@ -34,16 +35,29 @@ pub fn result_200() -> String {
     s
 }
 
+/// The tool the benchmark calls for a class, and what it declares.
+pub fn tool_of(class: Class) -> (&'static str, Downstream) {
+    match class {
+        Class::Key => ("send_email", Downstream::keyed(Duration::MAX)),
+        Class::Lookup => ("send_lookup", Downstream::lookup()),
+        Class::Neither => ("send_blind", Downstream::default()),
+    }
+}
+
 /// A side-effecting tool that does nothing and commits at once.
 pub struct NoopSend {
     pub result: String,
+    pub class: Class,
 }
 
 #[async_trait]
 impl ToolHandler for NoopSend {
     fn descriptor(&self) -> ToolDescriptor {
-        let mut d = ToolDescriptor::side_effect("send_email", 1);
-        d.idempotency_key = true;
+        let (name, downstream) = tool_of(self.class);
+        let mut d = ToolDescriptor::side_effect(name, 1);
+        d.idempotency_key = downstream.idempotency_key;
+        d.lookup = downstream.lookup;
+        d.key_lifetime = downstream.key_lifetime;
         d
     }
 
@@ -99,6 +113,20 @@ impl Floor {
         )?;
         conn.set_prepared_statement_cache_capacity(16);
         Ok(Floor { conn })
+    }
+
+    /// The lower floor: ONE durable commit (`BEGIN IMMEDIATE; INSERT;
+    /// COMMIT`), what a call costs when only its intent must be durable.
+    pub fn call1(&mut self, id: &str, result: &str) -> CliResult<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.prepare_cached(
+            "INSERT INTO calls (id, args, status, result) VALUES (?1, ?2, 'committed', ?3)",
+        )?
+        .execute(params![id, ARGS, result])?;
+        tx.commit()?;
+        Ok(())
     }
 
     /// One call: the intent and the result, each its own durable commit.
@@ -225,10 +253,15 @@ impl SyncCounts {
 
 /// Runs `toolledger-bench --only <only> --calls <calls> --markers` under
 /// `strace` and counts syncs between markers. `None` when strace is missing.
-pub fn strace_syncs(only: &str, calls: u64, dir: &Path) -> CliResult<Option<SyncCounts>> {
+pub fn strace_syncs(
+    only: &str,
+    class: &str,
+    calls: u64,
+    dir: &Path,
+) -> CliResult<Option<SyncCounts>> {
     let exe = std::env::current_exe()?;
-    let log = dir.join(format!("strace-{only}.txt"));
-    let work = dir.join(format!("strace-{only}"));
+    let log = dir.join(format!("strace-{only}-{class}.txt"));
+    let work = dir.join(format!("strace-{only}-{class}"));
     std::fs::create_dir_all(&work)?;
     let status = Command::new("strace")
         .args([
@@ -241,7 +274,7 @@ pub fn strace_syncs(only: &str, calls: u64, dir: &Path) -> CliResult<Option<Sync
         ])
         .arg(&log)
         .arg(&exe)
-        .args(["--only", only, "--markers", "--calls"])
+        .args(["--only", only, "--class", class, "--markers", "--calls"])
         .arg(calls.to_string())
         .arg("--dir")
         .arg(&work)
@@ -297,7 +330,8 @@ pub fn delayed_sync_means(
     let inject = format!("inject=fsync,fdatasync:delay_exit={delay_us}");
     let mut sums = [0.0f64; 2];
     for batch in 0..batches {
-        for (k, only) in ["floor", "happy-path"].iter().enumerate() {
+        // ONE durable commit against the key tool's happy path.
+        for (k, only) in ["floor1", "happy-path"].iter().enumerate() {
             let work = dir.join(format!("delay-{only}-{batch}"));
             std::fs::create_dir_all(&work)?;
             let out = Command::new("strace")
@@ -336,6 +370,51 @@ pub fn delayed_sync_means(
     }
     let n = batches.max(1) as f64;
     Ok(Some((sums[0] / n, sums[1] / n)))
+}
+
+/// Instructions per call of `toolledger-bench --only <only> --class
+/// <class>`, counted by valgrind's callgrind: two runs of different lengths
+/// in a fresh directory on `dir`, their difference divided by the
+/// difference in calls (so opening and creating the file cancel out).
+/// `None` when valgrind is missing.
+pub fn callgrind_instructions(only: &str, class: &str, dir: &Path) -> CliResult<Option<f64>> {
+    const SHORT: u64 = 100;
+    const LONG: u64 = 300;
+    let exe = std::env::current_exe()?;
+    let mut collected = [0u64; 2];
+    for (k, calls) in [SHORT, LONG].into_iter().enumerate() {
+        let work = dir.join(format!("callgrind-{only}-{class}-{calls}"));
+        std::fs::create_dir_all(&work)?;
+        let out = Command::new("valgrind")
+            .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+            .arg(&exe)
+            .args(["--only", only, "--class", class, "--calls"])
+            .arg(calls.to_string())
+            .arg("--dir")
+            .arg(&work)
+            .output();
+        let out = match out {
+            Ok(o) => o,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        collected[k] = stderr
+            .lines()
+            .find_map(|l| {
+                let (_, n) = l.split_once("Collected :")?;
+                n.trim().replace(',', "").parse().ok()
+            })
+            .ok_or_else(|| {
+                CliError::Other(format!(
+                    "callgrind run of `bench --only {only}` failed ({})",
+                    out.status
+                ))
+            })?;
+    }
+    Ok(Some(
+        collected[1].saturating_sub(collected[0]) as f64 / (LONG - SHORT) as f64,
+    ))
 }
 
 /// Peak resident set size of this process (`VmHWM`), KiB.

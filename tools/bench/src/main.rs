@@ -20,15 +20,31 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 
-/// Which figure `--only` measures (for running under strace).
+/// Which figure `--only` measures (for running under strace or valgrind).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BenchOnly {
-    /// N side-effecting calls through the Ledger API.
+    /// N side-effecting calls through the Ledger API (a tool of `--class`).
     HappyPath,
+    /// N side-effecting calls through the Executor (a tool of `--class`).
+    Executor,
     /// N raw-SQLite floor calls (two FULL commits each).
     Floor,
+    /// N raw-SQLite calls of ONE FULL commit each.
+    Floor1,
     /// N begins of a round of 8 calls.
     Round8,
+}
+
+/// What the benchmarked tool's downstream offers (the durability policy
+/// decides by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Class {
+    /// Dedupes by an idempotency key that never expires: commit deferred.
+    Key,
+    /// Effects can be looked up: commit deferred.
+    Lookup,
+    /// Neither: the commit is durable at once (two syncs per call).
+    Neither,
 }
 
 /// Measures the ledger against the raw-SQLite floor (every figure on its own
@@ -61,9 +77,15 @@ pub struct BenchArgs {
     /// Emit strace markers (a `getppid` call) around every measured call.
     #[arg(long)]
     pub markers: bool,
+    /// The tool class of `--only happy-path|executor`.
+    #[arg(long, value_enum, default_value_t = Class::Key)]
+    pub class: Class,
     /// Do not run the strace child processes.
     #[arg(long)]
     pub no_strace: bool,
+    /// Do not count instructions under valgrind's callgrind.
+    #[arg(long)]
+    pub no_callgrind: bool,
     /// Keep the benchmark directory.
     #[arg(long)]
     pub keep: bool,

@@ -41,10 +41,15 @@ fn a_tiny_bench_run_prints_every_figure_as_name_value() {
         "--recover-rows",
         "200",
         "--no-strace",
+        "--no-callgrind",
     ]);
     let text = stdout(&out);
     for key in [
         "happy_path_vs_floor_ratio=",
+        "happy_path_vs_floor1_ratio=",
+        "executor_happy_path_vs_floor1_ratio=",
+        "syncs_per_call=",
+        "instructions_per_call=",
         "replay_p50_us=",
         "round8_syncs=",
         "round8_wal_commits=1",
