@@ -100,6 +100,9 @@ impl fmt::Debug for CallSpec {
             .field("call", &self.call)
             .field("tool_version", &self.tool_version)
             .field("requires_approval", &self.requires_approval)
+            .field("idempotency_key", &self.idempotency_key)
+            .field("lookup", &self.lookup)
+            .field("key_lifetime_ms", &self.key_lifetime_ms)
             .finish()
     }
 }
