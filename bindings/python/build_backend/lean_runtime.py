@@ -16,10 +16,12 @@ keep the wire format and the ownership rules:
 * `_UniffiRustBufferStream`: copies the lifted buffer once (one slice of
   the ctypes pointer) and reads it with precompiled `struct.Struct`s.
 * `_UniffiRustBufferBuilder`: accumulates into a `bytearray` and crosses
-  once, at `finalize` (`ffi_*_rustbuffer_alloc` of the exact size, then one
-  `memmove`); an empty buffer crosses as the null buffer Rust accepts
-  (capacity 0, length 0, no data). Nothing is allocated in Rust before
-  `finalize`, so an error while writing leaks nothing.
+  once, at `finalize` (`ffi_*_rustbuffer_from_bytes`, declared a second
+  time with a `c_char_p` for the data so bytes pass without a cast; beyond
+  its i32 length, `alloc` of the exact size and one `memmove`); an empty
+  buffer crosses as the null buffer Rust accepts (capacity 0, length 0, no
+  data). Nothing is allocated in Rust before `finalize`, so an error while
+  writing leaks nothing.
 * `_uniffi_rust_call(_with_error)`: a zero-initialised status (what
   `_UniffiRustCallStatus.default()` builds, in one step), checked only when
   its code is not success (the generated checker runs then, unchanged).
@@ -123,6 +125,8 @@ _UNIFFI_LEAN_FORMATS = (
 )
 for _uniffi_name, _uniffi_format in _UNIFFI_LEAN_FORMATS:
     setattr(_UniffiRustBufferStream, "read_" + _uniffi_name, _uniffi_lean_reader(_uniffi_format))
+_uniffi_lean_i32_pack = struct.Struct(">i").pack
+_uniffi_lean_i32_unpack = struct.Struct(">i").unpack_from
 
 '''
 
@@ -157,17 +161,45 @@ for _uniffi_name, _uniffi_format in _UNIFFI_LEAN_FORMATS:
 del _uniffi_name, _uniffi_format
 
 
+class _UniffiLeanForeignBytes(ctypes.Structure):
+    # _UniffiForeignBytes' layout (the C ABI of ForeignBytes) with the data
+    # as a `c_char_p`, which takes a bytes object as it is (no cast).
+    _fields_ = [
+        ("len", ctypes.c_int32),
+        ("data", ctypes.c_char_p),
+    ]
+
+
+_UNIFFI_LEAN_FROM_BYTES = []
+
+
+def _uniffi_lean_from_bytes():
+    # ffi_*_rustbuffer_from_bytes declared once more, taking the struct above.
+    if not _UNIFFI_LEAN_FROM_BYTES:
+        fn = _UniffiLib["ffi_toolledger_rustbuffer_from_bytes"]
+        fn.argtypes = (_UniffiLeanForeignBytes, ctypes.POINTER(_UniffiRustCallStatus))
+        fn.restype = _UniffiRustBuffer
+        _UNIFFI_LEAN_FROM_BYTES.append(fn)
+    return _UNIFFI_LEAN_FROM_BYTES[0]
+
+
 def _uniffi_lean_rustbuffer(data):
-    """A Rust-owned buffer holding `data` (bytes or bytearray): one crossing,
-    none for an empty one (the null buffer, which Rust reads as empty)."""
+    """A Rust-owned buffer holding a copy of `data` (bytes or bytearray): one
+    crossing, none for an empty one (the null buffer, which Rust reads as
+    empty)."""
     size = len(data)
     if size == 0:
         return _UniffiRustBuffer(0, 0, None)
+    if isinstance(data, bytearray):
+        data = bytes(data)
+    if size <= 0x7FFFFFFF:
+        return _uniffi_rust_call(_uniffi_lean_from_bytes(), _UniffiLeanForeignBytes(size, data))
+    # Beyond ForeignBytes' i32 length: allocate, then copy.
     rbuf = _uniffi_rust_call(_UniffiLib.ffi_toolledger_rustbuffer_alloc, size)
     if rbuf.len != size:
         rbuf.free()
         raise InternalError("rustbuffer_alloc returned a buffer of the wrong size")
-    ctypes.memmove(rbuf.data, bytes(data) if isinstance(data, bytearray) else data, size)
+    ctypes.memmove(rbuf.data, data, size)
     return rbuf
 
 '''
@@ -223,16 +255,26 @@ _STRING = '''class _UniffiFfiConverterString:
 
     @staticmethod
     def read(buf):
-        size = buf.read_i32()
+        # The length (i32) and the bytes, read in one step.
+        start = buf.offset
+        if start + 4 > buf.len:
+            raise InternalError("read past end of rust buffer")
+        size = _uniffi_lean_i32_unpack(buf.data, start)[0]
         if size < 0:
             raise InternalError("Unexpected negative string length")
-        return buf.read(size).decode("utf-8")
+        start += 4
+        end = start + size
+        if end > buf.len:
+            raise InternalError("read past end of rust buffer")
+        buf.offset = end
+        return buf.data[start:end].decode("utf-8")
 
     @staticmethod
     def write(value, buf):
         utf8_bytes = value.encode("utf-8")
-        buf.write_i32(len(utf8_bytes))
-        buf.write(utf8_bytes)
+        out = buf.buf
+        out += _uniffi_lean_i32_pack(len(utf8_bytes))
+        out += utf8_bytes
 
     @staticmethod
     def lift(buf):

@@ -292,8 +292,13 @@ def _forward(name: str) -> Any:
 
     @functools.wraps(target)
     def method(self: Ledger, *args: Any, **kwargs: Any) -> Any:
-        with translated():
-            return getattr(self.native, name)(*args, **kwargs)
+        native = self._native
+        if native is None:
+            raise LedgerClosed("the ledger is closed")
+        try:
+            return getattr(native, name)(*args, **kwargs)
+        except (_ffi.LedgerError, _ffi.InternalError) as e:
+            raise translate(e) from e
 
     @functools.wraps(target)
     async def amethod(self: Ledger, *args: Any, **kwargs: Any) -> Any:
