@@ -131,10 +131,19 @@ def test_records_enums_and_optionals_round_trip_through_the_library():
     assert calls[1].arguments == "{}"
 
     # An optional string: present and absent.
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {}}}
-    assert tl.mcp_request_protocol_version(json.dumps(init)) == "2025-06-18"
-    assert tl.mcp_request_protocol_version(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})) is None
+    request = {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+               "params": {"name": "send_email", "arguments": {"body": ODD},
+                          "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}
+    assert tl.mcp_request_protocol_version(json.dumps(request)) == "2026-07-28"
+    [mcp_call] = tl.parse_tool_calls(tl.Provider.MCP, json.dumps(request), 0)
+    assert json.loads(mcp_call.arguments) == {"body": ODD}
+    del request["params"]["_meta"]
+    assert tl.mcp_request_protocol_version(json.dumps(request)) is None
+
+    # A record and an absent optional string in, a large non-ASCII string out.
+    rendered = tl.render_mcp_result(mcp_call, json.dumps({"echo": BIG}, ensure_ascii=False), False, None)
+    [content] = json.loads(rendered)["result"]["content"]
+    assert json.loads(content["text"]) == {"echo": BIG}
 
 
 def test_a_ledger_record_keeps_large_non_ascii_values_and_absent_fields(ledger):
