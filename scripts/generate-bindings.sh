@@ -56,6 +56,8 @@ for lang in "${langs[@]}"; do
     cp "$lib" "$out/"
     # A tool's exception text never reaches stderr or the ledger.
     python3 bindings/python/build_backend/quiet_bindings.py "$out/toolledger.py"
+    # Cheaper marshalling helpers (the wheel's build does the same).
+    python3 bindings/python/build_backend/lean_runtime.py "$out/toolledger.py"
   fi
   echo "generate-bindings: ${lang} -> ${out}" >&2
 done

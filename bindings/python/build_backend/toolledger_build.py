@@ -15,7 +15,9 @@ the workspace's pinned uniffi, never one found elsewhere.
 The `uniffi-bindgen` on PATH is a small wrapper (POSIX): it runs the
 generator, then rewrites the generated module with quiet_bindings.py, so a
 tool's exception text is never printed to stderr nor sent to the library
-(UniFFI's template prints it and its traceback).
+(UniFFI's template prints it and its traceback), and with lean_runtime.py,
+which replaces the generated marshalling helpers with cheaper equivalents
+(each replaced region checked by hash: a changed template fails the build).
 
 Every PEP 517 hook is maturin's own, wrapped.
 """
@@ -41,7 +43,7 @@ def _log(message: str) -> None:
     print(f"toolledger-build: {message}", file=sys.stderr, flush=True)
 
 
-# Runs the generator, then quiets every generated module under --out-dir.
+# Runs the generator, then quiets and leans every generated module under --out-dir.
 _WRAPPER = """#!{python}
 import pathlib, subprocess, sys
 status = subprocess.run([{generator!r}, *sys.argv[1:]]).returncode
@@ -59,9 +61,11 @@ if "generate" in args:
     if not modules:
         sys.exit("toolledger-build: no generated toolledger.py under " + out)
     sys.path.insert(0, {quiet_dir!r})
+    import lean_runtime
     import quiet_bindings
     for module in modules:
         quiet_bindings.quiet(str(module))
+        lean_runtime.lean(str(module))
 """
 
 

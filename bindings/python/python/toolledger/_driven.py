@@ -39,6 +39,12 @@ _MAX_STEPS = 64
 _INTERRUPTED = "the caller was interrupted while the tool ran; the outcome is unknown"
 
 
+_DONE = _ffi.CallerStep.DONE
+_PERFORM = _ffi.CallerStep.PERFORM
+_LOOKUP = _ffi.CallerStep.LOOKUP
+_RETRY = _ffi.CallerStep.RETRY
+
+
 def _kind(step: Any) -> str:
     return type(step).__name__.rsplit(".", 1)[-1]
 
@@ -47,29 +53,29 @@ def run(native: Any, step: Any, perform: Callable[[Any], Any], lookup: Callable[
     """Walks one call's steps on this thread; returns the library's
     ``CallOutcome``."""
     for _ in range(_MAX_STEPS):
-        kind = _kind(step)
-        if kind == "DONE":
+        kind = type(step)
+        if kind is _DONE:
             return step.outcome
         attempt = step.attempt
-        if kind == "PERFORM":
+        if kind is _PERFORM:
             try:
                 outcome = perform(attempt.request)
             except BaseException:
                 native.report(attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
                 raise
             step = native.report(attempt, outcome)
-        elif kind == "LOOKUP":
+        elif kind is _LOOKUP:
             try:
                 found = lookup(attempt.request)
             except Exception as e:  # noqa: BLE001 - a failed lookup leaves the outcome unknown
                 step = native.report_lookup_error(attempt, f"{type(e).__name__} raised by the lookup")
                 continue
             step = native.report_lookup(attempt, found)
-        elif kind == "RETRY":
+        elif kind is _RETRY:
             time.sleep(step.after_ms / 1000)
             step = native.retry(attempt)
         else:
-            raise RuntimeError(f"toolledger: unexpected step {kind}")
+            raise RuntimeError(f"toolledger: unexpected step {_kind(step)}")
     raise RuntimeError("toolledger: a call did not settle within its steps")
 
 
@@ -86,27 +92,27 @@ async def arun(native: Any, step: Any, perform: Callable[[Any], Awaitable[Any]],
     loop's thread; ``asyncio.to_thread`` keeps the loop off the disk at the
     price of a thread hop per step). ``step`` is the answer of ``start``."""
     for _ in range(_MAX_STEPS):
-        kind = _kind(step)
-        if kind == "DONE":
+        kind = type(step)
+        if kind is _DONE:
             return step.outcome
         attempt = step.attempt
-        if kind == "PERFORM":
+        if kind is _PERFORM:
             try:
                 outcome = await perform(attempt.request)
             except BaseException:
                 native.report(attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
                 raise
             step = await io(native.report, attempt, outcome)
-        elif kind == "LOOKUP":
+        elif kind is _LOOKUP:
             try:
                 found = await lookup(attempt.request)
             except Exception as e:  # noqa: BLE001 - a failed lookup leaves the outcome unknown
                 step = await io(native.report_lookup_error, attempt, f"{type(e).__name__} raised by the lookup")
                 continue
             step = await io(native.report_lookup, attempt, found)
-        elif kind == "RETRY":
+        elif kind is _RETRY:
             await asyncio.sleep(step.after_ms / 1000)
             step = await io(native.retry, attempt)
         else:
-            raise RuntimeError(f"toolledger: unexpected step {kind}")
+            raise RuntimeError(f"toolledger: unexpected step {_kind(step)}")
     raise RuntimeError("toolledger: a call did not settle within its steps")

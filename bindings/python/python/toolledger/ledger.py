@@ -27,7 +27,7 @@ from typing import Any, Iterable, List, Optional
 
 from . import _driven, events, outcomes
 from ._native import toolledger as _ffi
-from .errors import InvalidInput, LedgerClosed, translated
+from .errors import InvalidInput, LedgerClosed, translate, translated
 from .tools import (
     Adapter,
     Tool,
@@ -292,8 +292,13 @@ def _forward(name: str) -> Any:
 
     @functools.wraps(target)
     def method(self: Ledger, *args: Any, **kwargs: Any) -> Any:
-        with translated():
-            return getattr(self.native, name)(*args, **kwargs)
+        native = self._native
+        if native is None:
+            raise LedgerClosed("the ledger is closed")
+        try:
+            return getattr(native, name)(*args, **kwargs)
+        except (_ffi.LedgerError, _ffi.InternalError) as e:
+            raise translate(e) from e
 
     @functools.wraps(target)
     async def amethod(self: Ledger, *args: Any, **kwargs: Any) -> Any:
@@ -339,6 +344,9 @@ class Executor:
         self._ledger = ledger
         # Tools this layer can run itself (caller-driven): name -> Tool.
         self._own: dict = {}
+        # Names of those whose perform and lookup are plain functions
+        # (`execute_sync` runs only these).
+        self._sync: set = set()
         timeout_ms = cfg.perform_timeout_ms
         self._perform_timeout = None if timeout_ms is None else timeout_ms / 1000
         with translated():
@@ -372,21 +380,28 @@ class Executor:
         with translated():
             self.native.register(handler)
         if isinstance(tool, Tool) and not tool.independent_items:
-            self._own[tool._tool_name()] = tool
+            name = tool._tool_name()
+            self._own[name] = tool
+            if not (_is_async(tool, "perform") or (tool._has_lookup() and _is_async(tool, "lookup"))):
+                self._sync.add(name)
 
     async def execute(self, operation_id: str, round: int, call: Any) -> outcomes.CallOutcome:
         """Runs one tool call: replays a stored result, asks for approval, or
         runs the tool with a durable intent first and a durable result after."""
         native = self._enter()
         tool = self._own.get(call.tool_name)
-        with translated():
+        # try/except rather than `translated()`: this is every call's path.
+        try:
             if tool is None:
-                return outcomes.from_ffi(await native.execute(operation_id, round, call))
-            step = native.start(operation_id, round, call)
-            outcome = await _driven.arun(
-                native, step,
-                functools.partial(self._aperform, tool), functools.partial(self._alookup, tool))
-            return outcomes.from_ffi(outcome)
+                outcome = await native.execute(operation_id, round, call)
+            else:
+                step = native.start(operation_id, round, call)
+                outcome = await _driven.arun(
+                    native, step,
+                    functools.partial(self._aperform, tool), functools.partial(self._alookup, tool))
+        except (_ffi.LedgerError, _ffi.InternalError) as e:
+            raise translate(e) from e
+        return outcomes.from_ffi(outcome)
 
     def execute_sync(self, operation_id: str, round: int, call: Any) -> outcomes.CallOutcome:
         """`execute` for synchronous code and tools: every step, and the
@@ -395,18 +410,21 @@ class Executor:
         running function: the tool keeps its own deadlines. Raises
         `InvalidInput` (nothing recorded) for a tool whose `perform` or
         `lookup` is `async`, or that this layer did not register."""
-        tool = self._own.get(call.tool_name)
-        if tool is None or _is_async(tool, "perform") or (tool._has_lookup() and _is_async(tool, "lookup")):
+        name = call.tool_name
+        if name not in self._sync:
             raise InvalidInput(
-                f"execute_sync: {call.tool_name!r} is not a registered Tool with plain-def "
+                f"execute_sync: {name!r} is not a registered Tool with plain-def "
                 "perform and lookup; use execute")
+        tool = self._own[name]
         native = self.native
-        with translated():
+        try:
             step = native.start(operation_id, round, call)
             outcome = _driven.run(
                 native, step,
                 functools.partial(self._perform, tool), functools.partial(self._lookup, tool))
-            return outcomes.from_ffi(outcome)
+        except (_ffi.LedgerError, _ffi.InternalError) as e:
+            raise translate(e) from e
+        return outcomes.from_ffi(outcome)
 
     # The tool run by the caller, its answers classified as `Adapter` does.
 

@@ -208,11 +208,18 @@ _VARIANTS = {
 }
 
 
+# Generated variant class -> (dataclass, its field names), built on first use.
+_BY_TYPE: dict = {}
+
+
 def from_ffi(outcome: Any) -> CallOutcome:
     """The dataclass for a generated `CallOutcome` variant."""
-    cls = _VARIANTS[type(outcome).__name__.rsplit(".", 1)[-1]]
-    fields = {name: getattr(outcome, name) for name in cls.__dataclass_fields__}
-    return cls(**fields)
+    found = _BY_TYPE.get(type(outcome))
+    if found is None:
+        cls = _VARIANTS[type(outcome).__name__.rsplit(".", 1)[-1]]
+        found = _BY_TYPE[type(outcome)] = (cls, tuple(cls.__dataclass_fields__))
+    cls, names = found
+    return cls(*[getattr(outcome, name) for name in names])
 
 
 def recovery_from_ffi(recovery: Any) -> Recovery:
