@@ -242,3 +242,187 @@ fn write_answer(memory: &mut [u8], bytes: &[u8]) {
     memory[..HEADER].copy_from_slice(&(bytes.len() as u64).to_ne_bytes());
     memory[HEADER..HEADER + bytes.len()].copy_from_slice(bytes);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Ledger;
+    use crate::outcome::ExecutorConfig;
+    use crate::records::{LedgerConfig, Provider};
+
+    fn executor(dir: &tempfile::TempDir) -> Arc<ToolExecutor> {
+        let path = dir.path().join("l.db").to_string_lossy().into_owned();
+        let config = LedgerConfig {
+            lease_ms: 60_000,
+            busy_timeout_ms: 5_000,
+            max_json_depth: 64,
+            max_json_bytes: 1 << 20,
+            deferred_commits: true,
+            deferred_deadline_ms: 1_000,
+            reconcile_within_ms: None,
+        };
+        let ledger = Ledger::open(path, config, None).unwrap();
+        let config = ExecutorConfig {
+            max_attempts: 3,
+            read_only_max_attempts: 3,
+            perform_timeout_ms: Some(30_000),
+            backoff_base_ms: 200,
+            backoff_max_ms: 5_000,
+            max_parallel: 4,
+        };
+        ToolExecutor::new(ledger, config)
+    }
+
+    /// An owned handle, as the generated `uniffiCloneHandle()` gives one.
+    fn handle(executor: &Arc<ToolExecutor>) -> u64 {
+        <Arc<ToolExecutor> as Lower<UniFfiTag>>::lower(executor.clone()).as_raw()
+    }
+
+    fn start_request(op: &str, tool: &str) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        <String as Lower<UniFfiTag>>::write(op.to_owned(), &mut bytes);
+        <u32 as Lower<UniFfiTag>>::write(0, &mut bytes);
+        let call = ToolCall {
+            provider: Provider::Custom,
+            call_id: "call_1".into(),
+            tool_name: tool.into(),
+            arguments: "{}".into(),
+            position: 0,
+            call_id_derived: false,
+        };
+        <ToolCall as Lower<UniFfiTag>>::write(call, &mut bytes);
+        bytes
+    }
+
+    /// Runs one step in a buffer of `capacity` bytes: (code, answer bytes).
+    fn step(
+        executor: &Arc<ToolExecutor>,
+        step: i32,
+        request: &[u8],
+        capacity: usize,
+    ) -> (i32, Vec<u8>) {
+        let mut buf = vec![0u8; capacity.max(HEADER + request.len())];
+        buf[HEADER..HEADER + request.len()].copy_from_slice(request);
+        let code = unsafe {
+            toolledger_direct_step(
+                handle(executor),
+                step,
+                buf.as_mut_ptr() as u64,
+                capacity as u64,
+                request.len() as u64,
+            )
+        };
+        let len = u64::from_ne_bytes(buf[..HEADER].try_into().unwrap()) as usize;
+        let answer = if code == NEEDS_SPACE {
+            Vec::new()
+        } else {
+            buf[HEADER..HEADER + len].to_vec()
+        };
+        (code, answer)
+    }
+
+    #[test]
+    fn errors_and_bugs_come_back_as_codes_and_every_handle_is_consumed() {
+        let dir = tempfile::tempdir().unwrap();
+        let executor = executor(&dir);
+
+        // A typed error: exactly the bytes UniFFI lowers the same error to.
+        let (code, answer) = step(
+            &executor,
+            STEP_START,
+            &start_request("op_1", "nobody"),
+            4096,
+        );
+        assert_eq!(code, ERROR);
+        let expected = lowered(LedgerError::UnknownTool {
+            name: "nobody".into(),
+        });
+        assert_eq!(answer, expected);
+
+        // An operation id the id converter refuses: its own InvalidInput.
+        let (code, answer) = step(&executor, STEP_START, &start_request("", "nobody"), 4096);
+        assert_eq!(code, ERROR);
+        let mut read = answer.as_slice();
+        let error = <LedgerError as Lift<UniFfiTag>>::try_read(&mut read).unwrap();
+        assert!(
+            matches!(error, LedgerError::InvalidInput { .. }),
+            "{error:?}"
+        );
+
+        // A request that does not parse, bytes left over, an unknown step: a message, no panic.
+        let mut request = start_request("op_1", "nobody");
+        request.truncate(request.len() - 3);
+        let (code, message) = step(&executor, STEP_START, &request, 4096);
+        assert_eq!(code, PANIC);
+        assert!(String::from_utf8(message)
+            .unwrap()
+            .contains("malformed request"));
+        let mut request = start_request("op_1", "nobody");
+        request.push(0);
+        let (code, message) = step(&executor, STEP_START, &request, 4096);
+        assert_eq!(code, PANIC);
+        assert!(String::from_utf8(message).unwrap().contains("1 bytes left"));
+        let (code, message) = step(&executor, 99, &[], 64);
+        assert_eq!(code, PANIC);
+        assert!(String::from_utf8(message)
+            .unwrap()
+            .contains("unknown step 99"));
+
+        // The C call's own arguments wrong: nothing runs.
+        let code = unsafe { toolledger_direct_step(handle(&executor), STEP_START, 0, 64, 0) };
+        assert_eq!(code, BAD_CALL);
+        let mut small = [0u8; 16];
+        let code = unsafe {
+            toolledger_direct_step(
+                handle(&executor),
+                STEP_START,
+                small.as_mut_ptr() as u64,
+                16,
+                9,
+            )
+        };
+        assert_eq!(code, BAD_CALL);
+        // Nothing kept to take.
+        let code = unsafe { toolledger_direct_take(small.as_mut_ptr() as u64, 16) };
+        assert_eq!(code, BAD_CALL);
+
+        // Every handle given was consumed, whatever the outcome.
+        assert_eq!(Arc::strong_count(&executor), 1);
+    }
+
+    #[test]
+    fn an_answer_longer_than_the_buffer_is_kept_for_take() {
+        // (A step's request is always at least as long as its error; the
+        // case comes from a result larger than the buffer, as in the Kotlin
+        // suite's 700 KB echo. Here the writer itself.)
+        let long: Vec<u8> = (0..100u8).collect();
+        let mut memory = vec![0u8; HEADER + 50];
+        assert_eq!(answer(&mut memory, OK, long.clone()), NEEDS_SPACE);
+        assert_eq!(
+            u64::from_ne_bytes(memory[..HEADER].try_into().unwrap()),
+            100
+        );
+        // Too small a buffer to take it: refused, still kept.
+        let mut tiny = vec![0u8; HEADER + 99];
+        assert_eq!(
+            unsafe { toolledger_direct_take(tiny.as_mut_ptr() as u64, tiny.len() as u64) },
+            BAD_CALL
+        );
+        let mut big = vec![0u8; HEADER + 128];
+        assert_eq!(
+            unsafe { toolledger_direct_take(big.as_mut_ptr() as u64, big.len() as u64) },
+            OK
+        );
+        assert_eq!(u64::from_ne_bytes(big[..HEADER].try_into().unwrap()), 100);
+        assert_eq!(&big[HEADER..HEADER + 100], long.as_slice());
+        // Taken once.
+        assert_eq!(
+            unsafe { toolledger_direct_take(big.as_mut_ptr() as u64, big.len() as u64) },
+            BAD_CALL
+        );
+        // One that fits is written at once.
+        let mut memory = vec![0u8; HEADER + 100];
+        assert_eq!(answer(&mut memory, ERROR, long.clone()), ERROR);
+        assert_eq!(&memory[HEADER..], long.as_slice());
+    }
+}
