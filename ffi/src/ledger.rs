@@ -434,6 +434,26 @@ impl Ledger {
         Ok(self.inner.suspend()?)
     }
 
+    /// Makes every deferred commit durable now (one WAL sync; nothing to do
+    /// when none is waiting). A tool whose downstream dedupes by key or can
+    /// be looked up gets its commit written at once and synced with the next
+    /// durable write, at `suspend`, or within the deferral deadline
+    /// (docs/design.md, "The durability policy"); call this where the app
+    /// wants that point now, e.g. before it reports a result to a server.
+    ///
+    /// # Errors
+    /// `Storage` from the sync; `Suspended`.
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.inner.sync()?)
+    }
+
+    /// True while a deferred commit of this ledger is not durable yet (it
+    /// already survives the app being killed; only a power cut or an OS
+    /// crash could lose it, and reconciliation would recover it).
+    pub fn has_unsynced_commits(&self) -> bool {
+        self.inner.has_unsynced_commits()
+    }
+
     /// Reopens after `suspend` and runs `recover`.
     ///
     /// # Errors

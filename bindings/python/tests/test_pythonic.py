@@ -379,3 +379,25 @@ def test_awaitable_ledger_calls(ledger_path):
     assert record.status == tl.ExecutionStatus.COMMITTED
     assert ledger.closed
     assert "worker thread" in tl.Ledger.arecover.__doc__
+
+
+def test_sync_makes_a_deferred_commit_durable_and_says_so(ledger_path):
+    # A tool whose downstream can be looked up gets its commit deferred (one
+    # sync per call); the deadline is an hour, so only `sync` can flush it.
+    with tl.Ledger.open(ledger_path, deferred_deadline_ms=3_600_000) as ledger:
+        assert not ledger.has_unsynced_commits()
+        spec = tl.CallSpec(call=email_call(call_id="c_sync"), tool_version=1, lookup=True)
+        begin = ledger.begin("op", 0, spec)
+        assert not ledger.has_unsynced_commits()  # the intent is durable before it returns
+        ledger.commit(begin.ticket, '"sent"', None)
+        assert ledger.has_unsynced_commits()
+        ledger.sync()
+        assert not ledger.has_unsynced_commits()
+        assert ledger.get(begin.ticket.execution_id).status == tl.ExecutionStatus.COMMITTED
+        # A neither-tool's commit is durable when it returns.
+        plain = ledger.begin("op", 0, tl.CallSpec(call=email_call(call_id="c_plain"), tool_version=1))
+        ledger.commit(plain.ticket, '"sent"', None)
+        assert not ledger.has_unsynced_commits()
+        ledger.suspend()
+        with pytest.raises(tl.Suspended):
+            ledger.sync()

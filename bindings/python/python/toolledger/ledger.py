@@ -44,6 +44,8 @@ _timeout = getattr(asyncio, "timeout", None)
 # The Ledger methods, forwarded as they are (errors translated), each with an
 # awaitable `a`-prefixed twin.
 _LEDGER_METHODS = (
+    "sync",
+    "has_unsynced_commits",
     "session_id",
     "is_encrypted",
     "begin_round",

@@ -62,6 +62,9 @@ public struct AsyncLedger: Sendable {
 
     /// At app start and after `resume`: every execution that needs attention.
     public func recover() async throws -> [Execution] { try await run { try $0.recover() } }
+    /// Makes every deferred commit durable now (one WAL sync; nothing when
+    /// none waits): see `LedgerConfig.deferredCommits`.
+    public func sync() async throws { try await run { try $0.sync() } }
     /// Checkpoints and closes the database; calls throw `Suspended` until `resume`.
     public func suspend() async throws { try await run { try $0.suspend() } }
     /// Reopens after `suspend` and runs `recover`.

@@ -57,6 +57,31 @@ final class LayerTests: XCTestCase {
         XCTAssertEqual(stats, try ledger.stats())
     }
 
+    func testSyncMakesADeferredCommitDurable() async throws {
+        // A lookup tool's commit is deferred; an hour's deadline: only sync() flushes it.
+        let dir = try scratchDirectory()
+        let ledger = try Ledger.open(
+            path: dir + "/ledger.db", config: LedgerConfig(deferredDeadlineMs: 3_600_000))
+        let keyed = CallSpec(
+            call: try ToolCall(callId: "k1", toolName: "send_email", arguments: Email(to: "a", body: "b")),
+            toolVersion: 1, lookup: true)
+        let ticket = try executeTicket(try ledger.begin(operationId: "op", round: 0, spec: keyed))
+        XCTAssertFalse(ledger.hasUnsyncedCommits())  // the intent is durable when begin returns
+        _ = try ledger.commit(ticket: ticket, resultJson: "{}", externalId: nil)
+        XCTAssertTrue(ledger.hasUnsyncedCommits())
+        try await ledger.async.sync()
+        XCTAssertFalse(ledger.hasUnsyncedCommits())
+        XCTAssertEqual(try ledger.get(executionId: ticket.executionId)?.status, .committed)
+        let plain = CallSpec(
+            call: try ToolCall(callId: "p1", toolName: "send_email", arguments: Email(to: "a", body: "b")),
+            toolVersion: 1)
+        let other = try executeTicket(try ledger.begin(operationId: "op", round: 0, spec: plain))
+        _ = try ledger.commit(ticket: other, resultJson: "{}", externalId: nil)
+        XCTAssertFalse(ledger.hasUnsyncedCommits())  // a neither-tool's commit is durable at once
+        try ledger.suspend()
+        XCTAssertThrowsError(try ledger.sync()) { XCTAssertEqual($0 as? LedgerError, .Suspended) }
+    }
+
     func testCodableArgumentsAndResultsThroughTheExecutor() async throws {
         let dir = try scratchDirectory()
         let downstream = try Downstream(directory: dir)

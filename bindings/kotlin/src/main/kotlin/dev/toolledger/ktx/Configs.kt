@@ -14,6 +14,11 @@ import dev.toolledger.ToolDescriptor
  * A [LedgerConfig]: [leaseMs] is how long a suspended session stays owner of
  * its calls; [busyTimeoutMs] how long a write waits for another connection;
  * [maxJsonDepth] and [maxJsonBytes] bound the JSON the ledger accepts.
+ * The durability policy: with [deferredCommits], the commit of a call whose
+ * downstream dedupes by a long-lived key or can be looked up is synced with
+ * the next durable write, at `suspend()`, by `sync()` or [deferredDeadlineMs]
+ * later; [reconcileWithinMs] is how soon after a restart the app promises to
+ * call `recover()` (null: nothing promised).
  */
 @JvmOverloads
 fun ledgerConfig(
@@ -21,11 +26,17 @@ fun ledgerConfig(
     busyTimeoutMs: Long = 5_000,
     maxJsonDepth: Int = 64,
     maxJsonBytes: Long = 1_048_576,
+    deferredCommits: Boolean = true,
+    deferredDeadlineMs: Long = 1_000,
+    reconcileWithinMs: Long? = null,
 ): LedgerConfig = LedgerConfig(
     leaseMs = leaseMs.toU("leaseMs"),
     busyTimeoutMs = busyTimeoutMs.toU("busyTimeoutMs"),
     maxJsonDepth = maxJsonDepth.toU("maxJsonDepth"),
     maxJsonBytes = maxJsonBytes.toU("maxJsonBytes"),
+    deferredCommits = deferredCommits,
+    deferredDeadlineMs = deferredDeadlineMs.toU("deferredDeadlineMs"),
+    reconcileWithinMs = reconcileWithinMs?.toU("reconcileWithinMs"),
 )
 
 /**

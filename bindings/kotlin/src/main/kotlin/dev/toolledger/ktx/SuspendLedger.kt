@@ -156,6 +156,15 @@ class SuspendLedger @JvmOverloads constructor(
     /** At app start and after resume: every execution that needs attention. */
     suspend fun recover(): List<Execution> = io { ledger.recover() }
 
+    /**
+     * Makes every deferred commit durable now (one WAL sync; nothing when
+     * none waits). See [ledgerConfig]'s durability policy.
+     */
+    suspend fun sync() = io { ledger.sync() }
+
+    /** True while a deferred commit is not durable yet (it already survives a killed app). */
+    fun hasUnsyncedCommits(): Boolean = ledger.hasUnsyncedCommits()
+
     /** Checkpoints and closes the database; calls fail with `Suspended` until [resume]. */
     suspend fun suspend() = io { ledger.suspend() }
 

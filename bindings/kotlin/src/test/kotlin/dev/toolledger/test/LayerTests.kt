@@ -118,4 +118,25 @@ val layerTests = listOf(
         assertEquals(60_000uL, config.leaseMs)
         assertEquals(1_000uL, config.copy(leaseMs = 1_000uL).leaseMs)
     },
+
+    test("layer: sync() makes a deferred commit durable; hasUnsyncedCommits says when one waits") {
+        // A lookup tool's commit is deferred; an hour's deadline: only sync() flushes it.
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath, ledgerConfig(deferredDeadlineMs = 3_600_000)))
+        val keyed = CallSpec(call = call("k1", "send_email"), toolVersion = 1u, lookup = true)
+        val begun = assertIs<Begin.Execute>(ledger.begin("op_1", 0, keyed))
+        assertEquals(false, ledger.hasUnsyncedCommits()) // the intent is durable when begin returns
+        ledger.commit(begun.ticket, """{"id":"m1"}""", "m1")
+        assertEquals(true, ledger.hasUnsyncedCommits())
+        ledger.sync()
+        assertEquals(false, ledger.hasUnsyncedCommits())
+        assertEquals(ExecutionStatus.COMMITTED, ledger.get(begun.ticket.executionId)!!.status)
+        // A tool with neither key nor lookup: its commit is durable when it returns.
+        val plain = assertIs<Begin.Execute>(
+            ledger.begin("op_1", 0, CallSpec(call = call("p1", "send_email"), toolVersion = 1u)))
+        ledger.commit(plain.ticket, """{"id":"m2"}""", "m2")
+        assertEquals(false, ledger.hasUnsyncedCommits())
+        assertFailsWith<LedgerException.InvalidInput> { ledgerConfig(deferredDeadlineMs = -1) }
+        ledger.suspend()
+        assertFailsWith<LedgerException.Suspended> { ledger.sync() }
+    },
 )
