@@ -147,11 +147,12 @@ internal class DirectBuffer(val capacity: Int) {
 /**
  * This thread's buffer, grown to fit: requests and answers up to
  * [KEEP] bytes reuse it; a larger one gets a buffer of its own that the GC
- * takes back after the call.
+ * takes back after the call. (Every thread that runs steps keeps one:
+ * `Dispatchers.IO` may have 64 threads, so at most 16 MiB in all.)
  */
 internal object Buffers {
     private const val INITIAL = 16 * 1024
-    private const val KEEP = 1024 * 1024
+    private const val KEEP = 256 * 1024
     private val mine = ThreadLocal.withInitial { DirectBuffer(INITIAL) }
 
     fun forRequest(size: Long): DirectBuffer = fit(size)

@@ -213,12 +213,14 @@ val fastCallsTests = listOf(
         assertEquals(sa.comparable(), sb.comparable())
     },
 
-    test("fast calls: a SyncTool's request and answer round-trip exactly, beyond 1 MiB of buffer") {
+    test("fast calls: a SyncTool's request and answer round-trip exactly, beyond the buffer a thread keeps") {
         val ledger = closeAfter(SuspendLedger.open(ledgerPath))
         val tool = Echo()
         val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
-        // ~700 KB of 2-byte characters: the request's upper bound (3 bytes a
-        // character) is over the 1 MiB a thread keeps, the answer is not.
+        // ~700 KB of 2-byte characters: the request (its upper bound: 3 bytes
+        // a character) and the answer are both over the 256 KiB a thread
+        // keeps, so each gets a buffer of its own (the answer after
+        // NEEDS_SPACE, through toolledger_direct_take).
         val args = bigJson("é", 700 * 1024)
         val done = assertIs<CallOutcome.Completed>(executor.executeBlocking("op_1", 0, echoCall("call_big", args)))
         assertEquals(args, done.resultJson)
