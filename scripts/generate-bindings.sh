@@ -10,7 +10,8 @@
 # the library was compiled with. The library is built from the FFI crate alone
 # (`-p toolledger-ffi`), so nothing of the tools (crash points) reaches it.
 # For Python the library is copied next to the generated module, which loads
-# it from its own directory.
+# it from its own directory. The Kotlin file is post-processed by
+# bindings/kotlin/tools/fast_calls.py (a per-thread call status).
 #
 # Environment: PROFILE=release (default) or debug: the profile of the library.
 set -euo pipefail
@@ -52,6 +53,14 @@ for lang in "${langs[@]}"; do
   mkdir -p "$out"
   "$bindgen" generate "$lib" --config uniffi.toml --language "$lang" \
     --out-dir "$out" --no-format
+  if [ "$lang" = kotlin ]; then
+    # A per-thread call status instead of a JNA Structure per native call
+    # (bindings/kotlin/tools/fast_calls.py; fails on any template change).
+    # The unpatched file is kept for scripts/test-kotlin.sh's check of that step.
+    kt="$out/dev/toolledger/toolledger.kt"
+    cp "$kt" "$out/toolledger.kt.unpatched"
+    python3 bindings/kotlin/tools/fast_calls.py "$kt"
+  fi
   if [ "$lang" = python ]; then
     cp "$lib" "$out/"
     # A tool's exception text never reaches stderr or the ledger.

@@ -8,7 +8,8 @@
 #    setup-kotlin.sh first when the file or the compiler is missing.
 # 2. scripts/generate-bindings.sh kotlin: builds the cdylib and regenerates
 #    bindings/kotlin/generated/ on every run, so the bindings can never be
-#    stale (an up-to-date build makes this a few seconds).
+#    stale (an up-to-date build makes this a few seconds); then
+#    bindings/kotlin/tools/test_fast_calls.py checks its post-processing.
 # 3. The jar, bindings/kotlin/build/toolledger-<version>.jar (version from the
 #    workspace Cargo.toml): one kotlinc call compiles the generated
 #    toolledger.kt and the hand-written layer (src/main/kotlin, package
@@ -65,6 +66,9 @@ version="$(scripts/version.sh)"
 
 generated=bindings/kotlin/generated/dev/toolledger/toolledger.kt
 [ -f "$generated" ] || { echo "test-kotlin: $generated was not generated" >&2; exit 1; }
+# The post-processing of the generated file (fast_calls.py) is exactly what
+# is compiled, and any change of UniFFI's template fails it.
+python3 bindings/kotlin/tools/test_fast_calls.py bindings/kotlin/generated/toolledger.kt.unpatched "$generated" >&2
 # The jar: the ktx layer plus the JVM logging adapter (src/jvm; src/android needs the SDK).
 mapfile -t layer < <(find bindings/kotlin/src/main/kotlin bindings/kotlin/src/jvm/kotlin -name '*.kt' | LC_ALL=C sort)
 mapfile -t tests < <(find bindings/kotlin/src/test/kotlin -name '*.kt' | LC_ALL=C sort)
@@ -73,28 +77,30 @@ mapfile -t tests < <(find bindings/kotlin/src/test/kotlin -name '*.kt' | LC_ALL=
 build=bindings/kotlin/build
 mkdir -p "$build"
 
-# compile_once OUT STAMP CP SOURCES...: one kotlinc call, skipped when the
-# sources, the compiler and the class path's files are unchanged.
+# compile_once OUT STAMP CP FLAGS SOURCES...: one kotlinc call (with the
+# extra kotlinc FLAGS, one word or empty), skipped when the sources, the
+# flags, the compiler and the class path's files are unchanged.
 compile_once() {
-  local out="$1" stamp="$2" cp="$3"; shift 3
+  local out="$1" stamp="$2" cp="$3" flags="$4"; shift 4
   local hash
   local entry cp_files=()
   IFS=: read -r -a entries <<< "$cp"
   for entry in "${entries[@]}"; do [ -f "$entry" ] && cp_files+=("$entry"); done
-  hash="$( { echo "$KOTLIN_VERSION $cp"; sha256sum "$@" "${cp_files[@]}"; } | sha256sum | cut -d' ' -f1)"
+  hash="$( { echo "$KOTLIN_VERSION $cp $flags"; sha256sum "$@" "${cp_files[@]}"; } | sha256sum | cut -d' ' -f1)"
   if [ -f "$out" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; then
     echo "test-kotlin: sources unchanged since the last compile: reusing $out" >&2
     return 0
   fi
   echo "test-kotlin: kotlinc -> $out ($# files; slow)" >&2
   rm -f "$out" "$stamp"
-  "$KOTLINC" "$@" -cp "$cp" -d "$out" -nowarn
+  # shellcheck disable=SC2086 # FLAGS is one word or empty
+  "$KOTLINC" "$@" -cp "$cp" -d "$out" -nowarn $flags
   echo "$hash" > "$stamp"
 }
 
 # ---- 3. the jar: bindings + layer + the native library --------------------------------
 classes="$build/classes.jar"
-compile_once "$classes" "$classes.sha256" "$JNA_JAR:$KOTLIN_COROUTINES" "$generated" "${layer[@]}"
+compile_once "$classes" "$classes.sha256" "$JNA_JAR:$KOTLIN_COROUTINES" "" "$generated" "${layer[@]}"
 jar_out="$build/toolledger-${version}.jar"
 rm -rf "$build/native" "$build"/toolledger-*.jar
 mkdir -p "$build/native/$jna_prefix"
@@ -116,7 +122,9 @@ open(sys.argv[2], "w").write(code.group(1))
 open(sys.argv[3], "w").write(expected.group(1))
 PY
 tests_jar="$build/tests.jar"
-compile_once "$tests_jar" "$tests_jar.sha256" "$classes:$KOTLIN_COMPILE_CP" "${tests[@]}" "$build/readme/Quickstart.kt"
+# -Xfriend-paths: FastCallsTests reach the ktx layer's internal DirectSteps.
+compile_once "$tests_jar" "$tests_jar.sha256" "$classes:$KOTLIN_COMPILE_CP" "-Xfriend-paths=$classes" \
+  "${tests[@]}" "$build/readme/Quickstart.kt"
 
 # The quick start as a user runs it, in an empty directory: it must print
 # exactly the README's output.

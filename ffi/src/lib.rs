@@ -25,6 +25,7 @@
 //! crate (also `toolledger`) is `toolledger_core` here.
 #![warn(missing_docs)]
 
+mod direct;
 mod driven;
 mod error;
 mod execution;

@@ -11,7 +11,9 @@
 #    host) reads the UniFFI metadata embedded in the arm64-v8a library it just
 #    built, with uniffi.toml, and writes the Kotlin bindings
 #    (package dev.toolledger) into platforms/android/src/main/uniffi/:
-#    the bindings always match the exact library that ships.
+#    the bindings always match the exact library that ships. Then
+#    bindings/kotlin/tools/fast_calls.py post-processes them, as for the
+#    desktop jar.
 # Both outputs are generated and ignored by git. Then build with Gradle.
 #
 # Needs: the Android NDK (ANDROID_NDK_HOME pointing at it, r27 or newer),
@@ -73,5 +75,9 @@ mkdir -p "$out"
 "$target_dir/debug/toolledger-bindgen" generate "$jni_libs/arm64-v8a/libtoolledger.so" \
   --config uniffi.toml --language kotlin --out-dir "$out" --no-format
 [ -f "$out/dev/toolledger/toolledger.kt" ] || die "no Kotlin bindings in $out"
+# The same post-processing as the desktop jar (scripts/generate-bindings.sh):
+# a per-thread call status; fails on any change of UniFFI's template.
+python3 bindings/kotlin/tools/fast_calls.py "$out/dev/toolledger/toolledger.kt" \
+  || die "bindings/kotlin/tools/fast_calls.py refused the generated Kotlin"
 echo "build-rust: Kotlin bindings -> $out/dev/toolledger/toolledger.kt" >&2
 echo "build-rust: done; now build the module with Gradle (e.g. ./gradlew :toolledger:assembleRelease)" >&2

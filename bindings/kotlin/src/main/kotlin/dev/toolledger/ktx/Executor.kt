@@ -70,7 +70,7 @@ class Executor(
         val tool = syncTools[call.toolName] ?: return executor.execute(operationId, round.toU("round"), call)
         val r = round.toU("round")
         return withContext(Dispatchers.IO + NonCancellable) {
-            drive(executor, executor.start(operationId, r, call), tool)
+            drive(executor, DirectSteps.start(executor, operationId, r, call), tool)
         }
     }
 
@@ -83,7 +83,7 @@ class Executor(
     fun executeBlocking(operationId: String, round: Int, call: ToolCall): CallOutcome {
         val tool = syncTools[call.toolName]
             ?: throw LedgerException.InvalidInput("executeBlocking: ${call.toolName} is not a registered SyncTool")
-        return drive(executor, executor.start(operationId, round.toU("round"), call), tool)
+        return drive(executor, DirectSteps.start(executor, operationId, round.toU("round"), call), tool)
     }
 
     /** Runs every call of one model response; outcomes in call order. */

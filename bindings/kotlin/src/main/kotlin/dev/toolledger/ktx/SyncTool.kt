@@ -54,7 +54,8 @@ abstract class SyncTool(descriptor: ToolDescriptor) : Tool(descriptor) {
 
 /**
  * Walks one call's caller-driven steps on this thread, running [tool] for
- * each attempt or lookup the library hands out. If the tool throws, the
+ * each attempt or lookup the library hands out (each step one native call:
+ * [DirectSteps]). If the tool throws, the
  * attempt is reported as an unknown outcome; an [Error] or an interruption
  * is reported too before it goes on. Bounded by the library's attempts.
  */
@@ -69,10 +70,10 @@ internal fun drive(executor: ToolExecutor, first: CallerStep, tool: SyncTool): C
                 } catch (e: Exception) {
                     PerformOutcome.Unknown(reason = "${e.javaClass.simpleName} thrown by the tool")
                 } catch (e: Throwable) {
-                    executor.report(s.attempt, PerformOutcome.Unknown(reason = INTERRUPTED))
+                    DirectSteps.report(executor, s.attempt, PerformOutcome.Unknown(reason = INTERRUPTED))
                     throw e
                 }
-                executor.report(s.attempt, outcome)
+                DirectSteps.report(executor, s.attempt, outcome)
             }
             is CallerStep.Lookup -> {
                 val found = try {
@@ -81,14 +82,14 @@ internal fun drive(executor: ToolExecutor, first: CallerStep, tool: SyncTool): C
                     null
                 }
                 if (found == null) {
-                    executor.reportLookupError(s.attempt, "the lookup threw")
+                    DirectSteps.reportLookupError(executor, s.attempt, "the lookup threw")
                 } else {
-                    executor.reportLookup(s.attempt, found)
+                    DirectSteps.reportLookup(executor, s.attempt, found)
                 }
             }
             is CallerStep.Retry -> {
                 Thread.sleep(s.afterMs.toSigned())
-                executor.retry(s.attempt)
+                DirectSteps.retry(executor, s.attempt)
             }
         }
     }

@@ -12,6 +12,8 @@
 // library calls the Kotlin tool back from its threads), `driven_blocking`
 // (ktx `Executor.executeBlocking` of a SyncTool: caller-driven steps on this
 // thread), `driven_suspend` (ktx `execute` of a SyncTool from a coroutine).
+// Also printed: the heap bytes each way allocates per call on the calling
+// thread, and the garbage collections (count, ms) while measuring.
 // `--callbacks-only` measures `callback` without ever making a ktx Executor,
 // so the library's threads are attached and detached by JNA on every
 // callback, as before the ktx layer kept them attached.
@@ -132,6 +134,19 @@ fun main(args: Array<String>) {
     )
     // Warm-up: the JIT compiles the paths before anything is measured.
     repeat(2) { variants.values.flatten().forEach { (_, fn) -> repeat(calls) { fn() } } }
+    // Heap bytes each way allocates per call on the calling thread (the
+    // suspending way's I/O thread is not counted), after the warm-up.
+    val threads = java.lang.management.ManagementFactory.getThreadMXBean() as com.sun.management.ThreadMXBean
+    val allocated = variants.flatMap { (figure, ways) ->
+        ways.map { (name, fn) ->
+            val before = threads.getThreadAllocatedBytes(Thread.currentThread().id)
+            repeat(calls) { fn() }
+            "${figure}_$name" to (threads.getThreadAllocatedBytes(Thread.currentThread().id) - before) / calls
+        }
+    }.toMap()
+    val gcs = java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    val gcCount0 = gcs.sumOf { it.collectionCount }
+    val gcMs0 = gcs.sumOf { it.collectionTime }
     val samples = mutableMapOf<String, MutableList<Long>>()
     repeat(batches) {
         for ((figure, ways) in variants) {
@@ -146,9 +161,13 @@ fun main(args: Array<String>) {
             }
         }
     }
+    val gcCount = gcs.sumOf { it.collectionCount } - gcCount0
+    val gcMs = gcs.sumOf { it.collectionTime } - gcMs0
     rust.close()
     val load = java.lang.management.ManagementFactory.getOperatingSystemMXBean().systemLoadAverage
+    val heapMb = Runtime.getRuntime().maxMemory() / (1024 * 1024)
     println("dir=$dir calls=$calls batches=$batches load=${"%.1f".format(load)} callbacks_only=$callbacksOnly")
+    println("max_heap_mb=$heapMb gc_collections_while_measuring=$gcCount gc_ms_while_measuring=$gcMs")
     for ((figure, ways) in variants) {
         val r = samples.getValue("${figure}_rust")
         val r50 = pct(r, 0.5)
@@ -156,7 +175,10 @@ fun main(args: Array<String>) {
         for ((name, _) in ways) {
             val s = samples.getValue("${figure}_$name")
             val p50 = pct(s, 0.5)
-            println("${figure}_${name}_p50_us=$p50 ${figure}_${name}_p99_us=${pct(s, 0.99)} ${figure}_${name}_over_rust_p50_us=${p50 - r50}")
+            println(
+                "${figure}_${name}_p50_us=$p50 ${figure}_${name}_p99_us=${pct(s, 0.99)} " +
+                    "${figure}_${name}_over_rust_p50_us=${p50 - r50} ${figure}_${name}_alloc_bytes_per_call=${allocated["${figure}_$name"]}",
+            )
         }
     }
     ktx?.close()
