@@ -115,21 +115,29 @@ impl Dao<'_> {
             .optional()?)
     }
 
-    /// Inserts a new execution and logs its creation.
+    /// Inserts a new execution, logging its creation, unless a stored
+    /// execution has its id. Returns false then (nothing written: the caller
+    /// reads what is stored and decides by it), so the usual `begin` of a
+    /// new call does not read the execution first. Tombstones are the
+    /// caller's to check (see `Dao::tombstone`).
     ///
     /// # Errors
-    /// Storage errors (a duplicate id is a constraint error).
-    pub fn insert_execution(&self, new: &NewExecution<'_>, session: &SessionId) -> Result<()> {
+    /// Storage errors.
+    pub fn insert_execution(&self, new: &NewExecution<'_>, session: &SessionId) -> Result<bool> {
         let row = Row::of(new.execution_id.as_str());
         let args = self.seal(Col::Args, row, Some(new.args_json))?;
-        self.tx
+        // `ON CONFLICT (execution_id) DO NOTHING` covers only the primary
+        // key: any other constraint still fails the statement.
+        let inserted = self
+            .tx
             .prepare_cached(
                 "INSERT INTO executions (execution_id, operation_id, round, position, provider,
                     provider_call_id, tool_name, tool_version, args_digest, args_json,
                     downstream_key, requires_approval, status, attempt_count, owner_session,
                     compensates, created_ms, updated_ms, history, digest_scheme)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?17, ?18, 2)",
+                    ?17, ?17, ?18, 2)
+                 ON CONFLICT (execution_id) DO NOTHING",
             )?
             // Positional parameters: binding by name costs a lookup per value.
             .execute(params![
@@ -166,6 +174,9 @@ impl Dao<'_> {
                     reason: None,
                 }),
             ])?;
+        if inserted == 0 {
+            return Ok(false);
+        }
         self.observe(
             new.execution_id,
             None,
@@ -174,7 +185,7 @@ impl Dao<'_> {
             None,
             new.now_ms,
         )?;
-        Ok(())
+        Ok(true)
     }
 
     /// A reason as written into a log line: itself in a plain ledger, the
