@@ -264,14 +264,31 @@ impl Ledger {
                 // Rides in this transaction: a few rows flagged at most.
                 dao.sweep_attention(i64::from(SWEEP_EVERY))?;
             }
-            let op_status = dao.ensure_operation(op, now)?;
+            // The operation and the first call's tombstone in one read.
+            let (op_status, first_tombstoned) = match calls.first() {
+                Some(p) => dao.operation_and_tombstone(op, &p.id)?,
+                None => (dao.operation_status(op)?, false),
+            };
+            let op_status = match op_status {
+                Some(status) => status,
+                None => {
+                    dao.insert_operation(op, now)?;
+                    OperationStatus::Open
+                }
+            };
             let mut marked = Vec::new();
             let answers = calls
                 .iter()
-                .map(|p| {
+                .enumerate()
+                .map(|(i, p)| {
+                    let tombstoned = if i == 0 {
+                        first_tombstoned
+                    } else {
+                        dao.tombstone(&p.id)?.is_some()
+                    };
                     // The usual case first: a new call (no tombstone, no
                     // record) is inserted without reading the record first.
-                    if !is_cancelled(op_status) && dao.tombstone(&p.id)?.is_none() {
+                    if !is_cancelled(op_status) && !tombstoned {
                         if let Some(answer) =
                             self.insert_new(dao, op, round, p, compensates, now)?
                         {

@@ -5,7 +5,7 @@ use rusqlite::{params, OptionalExtension};
 
 use super::dao::Dao;
 use super::error::Result;
-use crate::model::{OperationId, OperationStatus};
+use crate::model::{ExecutionId, OperationId, OperationStatus};
 
 impl Dao<'_> {
     /// Creates the operation if it does not exist; returns its status.
@@ -18,13 +18,42 @@ impl Dao<'_> {
         if let Some(status) = self.operation_status(op)? {
             return Ok(status);
         }
+        self.insert_operation(op, now_ms)?;
+        Ok(OperationStatus::Open)
+    }
+
+    /// Creates an operation that does not exist yet, `open`.
+    ///
+    /// # Errors
+    /// Storage errors (an existing one is a constraint error).
+    pub fn insert_operation(&self, op: &OperationId, now_ms: i64) -> Result<()> {
         self.tx
             .prepare_cached(
                 "INSERT INTO operations (operation_id, status, created_ms, updated_ms)
                  VALUES (?1, 'open', ?2, ?2)",
             )?
             .execute(params![op, now_ms])?;
-        Ok(OperationStatus::Open)
+        Ok(())
+    }
+
+    /// The operation's status, if it exists, and whether `id` has a
+    /// tombstone: what `begin` reads before it inserts a new call, in one
+    /// statement.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn operation_and_tombstone(
+        &self,
+        op: &OperationId,
+        id: &ExecutionId,
+    ) -> Result<(Option<OperationStatus>, bool)> {
+        Ok(self
+            .tx
+            .prepare_cached(
+                "SELECT (SELECT status FROM operations WHERE operation_id = ?1),
+                    EXISTS (SELECT 1 FROM tombstones WHERE execution_id = ?2)",
+            )?
+            .query_row(params![op, id], |r| Ok((r.get(0)?, r.get(1)?)))?)
     }
 
     /// The operation's status, if it exists.
