@@ -129,10 +129,6 @@ impl Ledger {
         match self.write_begins(op, round, &prepared, None, false) {
             Ok(Some(out)) => return Ok(out),
             Ok(None) => {}
-            // A new call's insert is tried before its record is read, so a
-            // file that cannot be written refuses even a replay here: the
-            // read below answers it (a new call gets the error below).
-            Err(Error::Store(crate::store::Error::ReadOnly)) => {}
             Err(e) => return Err(e),
         }
         if let Some(replays) = self.replays_only(&prepared)? {
@@ -264,9 +260,10 @@ impl Ledger {
                 // Rides in this transaction: a few rows flagged at most.
                 dao.sweep_attention(i64::from(SWEEP_EVERY))?;
             }
-            // The operation and the first call's tombstone in one read.
-            let (op_status, first_tombstoned) = match calls.first() {
-                Some(p) => dao.operation_and_tombstone(op, &p.id)?,
+            // The operation, and whether the first call's id is taken, in
+            // one read of index entries.
+            let (op_status, first_taken) = match calls.first() {
+                Some(p) => dao.operation_and_taken(op, &p.id)?,
                 None => (dao.operation_status(op)?, false),
             };
             let op_status = match op_status {
@@ -281,14 +278,14 @@ impl Ledger {
                 .iter()
                 .enumerate()
                 .map(|(i, p)| {
-                    let tombstoned = if i == 0 {
-                        first_tombstoned
+                    let taken = if i == 0 {
+                        first_taken
                     } else {
-                        dao.tombstone(&p.id)?.is_some()
+                        dao.execution_id_taken(&p.id)?
                     };
-                    // The usual case first: a new call (no tombstone, no
-                    // record) is inserted without reading the record first.
-                    if !is_cancelled(op_status) && !tombstoned {
+                    // The usual case first: a new call (no record, no
+                    // tombstone) is inserted without reading a record.
+                    if !is_cancelled(op_status) && !taken {
                         if let Some(answer) =
                             self.insert_new(dao, op, round, p, compensates, now)?
                         {
@@ -366,7 +363,8 @@ impl Ledger {
 
     /// Inserts `p` as a new execution (`executing`, or `prepared` when it
     /// needs approval) and answers for it; `None` when a stored execution
-    /// has its id (nothing written then). The caller checked the tombstones.
+    /// has its id (nothing written then). The caller checked the tombstones
+    /// (and found the id free: `None` only if that check was wrong).
     fn insert_new(
         &self,
         dao: &Dao<'_>,

@@ -36,13 +36,14 @@ impl Dao<'_> {
         Ok(())
     }
 
-    /// The operation's status, if it exists, and whether `id` has a
-    /// tombstone: what `begin` reads before it inserts a new call, in one
-    /// statement.
+    /// The operation's status, if it exists, and whether `id` is taken (by
+    /// a stored execution or a tombstone): what `begin` reads before it
+    /// inserts a new call, in one statement of index lookups (no row of an
+    /// execution is read).
     ///
     /// # Errors
     /// Storage errors.
-    pub fn operation_and_tombstone(
+    pub fn operation_and_taken(
         &self,
         op: &OperationId,
         id: &ExecutionId,
@@ -51,9 +52,25 @@ impl Dao<'_> {
             .tx
             .prepare_cached(
                 "SELECT (SELECT status FROM operations WHERE operation_id = ?1),
-                    EXISTS (SELECT 1 FROM tombstones WHERE execution_id = ?2)",
+                    EXISTS (SELECT 1 FROM executions WHERE execution_id = ?2)
+                    OR EXISTS (SELECT 1 FROM tombstones WHERE execution_id = ?2)",
             )?
             .query_row(params![op, id], |r| Ok((r.get(0)?, r.get(1)?)))?)
+    }
+
+    /// Whether `id` is taken by a stored execution or a tombstone (index
+    /// lookups only).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn execution_id_taken(&self, id: &ExecutionId) -> Result<bool> {
+        Ok(self
+            .tx
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM executions WHERE execution_id = ?1)
+                    OR EXISTS (SELECT 1 FROM tombstones WHERE execution_id = ?1)",
+            )?
+            .query_row([id], |r| r.get(0))?)
     }
 
     /// The operation's status, if it exists.
