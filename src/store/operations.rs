@@ -5,6 +5,7 @@ use rusqlite::{params, OptionalExtension};
 
 use super::dao::Dao;
 use super::error::Result;
+use super::hot::HotSql;
 use crate::model::{ExecutionId, OperationId, OperationStatus};
 
 impl Dao<'_> {
@@ -48,14 +49,9 @@ impl Dao<'_> {
         op: &OperationId,
         id: &ExecutionId,
     ) -> Result<(Option<OperationStatus>, bool)> {
-        Ok(self
-            .tx
-            .prepare_cached(
-                "SELECT (SELECT status FROM operations WHERE operation_id = ?1),
-                    EXISTS (SELECT 1 FROM executions WHERE execution_id = ?2)
-                    OR EXISTS (SELECT 1 FROM tombstones WHERE execution_id = ?2)",
-            )?
-            .query_row(params![op, id], |r| Ok((r.get(0)?, r.get(1)?)))?)
+        self.hot(HotSql::OperationAndTaken, |stmt| {
+            stmt.query_row(params![op, id], |r| Ok((r.get(0)?, r.get(1)?)))
+        })
     }
 
     /// Whether `id` is taken by a stored execution or a tombstone (index

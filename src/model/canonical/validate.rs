@@ -245,7 +245,7 @@ mod tests {
             let mut text = String::new();
             gen.value(0, &mut text);
             let mut bytes = text.into_bytes();
-            if !bytes.is_empty() && gen.next() % 3 == 0 {
+            if !bytes.is_empty() && gen.next().is_multiple_of(3) {
                 let at = (gen.next() % bytes.len() as u64) as usize;
                 match gen.next() % 3 {
                     0 => bytes[at] = b"{}[]\",: x\\"[(gen.next() % 10) as usize],
