@@ -65,8 +65,9 @@ fn push_decimal(out: &mut String, v: i64) {
             break;
         }
     }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
+    // ASCII digits: always UTF-8.
+    if let Some(text) = digits.get(at..).and_then(|d| std::str::from_utf8(d).ok()) {
+        out.push_str(text);
     }
 }
 
