@@ -600,7 +600,7 @@ pub(super) fn storable_result(result_json: String, limits: &JsonLimits) -> Strin
             result_json.len()
         );
     }
-    if crate::model::canonical::canonicalize(&result_json, limits).is_ok() {
+    if crate::model::canonical::validate(&result_json, limits).is_ok() {
         result_json
     } else {
         let mut s = String::with_capacity(result_json.len() + 2);

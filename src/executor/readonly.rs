@@ -2,7 +2,7 @@
 
 use super::tool::{PerformOutcome, ToolDescriptor, ToolHandler, ToolRequest};
 use super::{backoff, CallOutcome, Executor, Result};
-use crate::model::{canonical::canonicalize, ExecutionId, ExecutionIdParts, OperationId, ToolCall};
+use crate::model::{canonical::validate, ExecutionId, ExecutionIdParts, OperationId, ToolCall};
 
 /// Validates a read-only call and builds its request (nothing is written).
 pub(super) fn prepare(
@@ -13,7 +13,7 @@ pub(super) fn prepare(
     desc: &ToolDescriptor,
 ) -> Result<ToolRequest> {
     // Checked, not rewritten: the tool gets the arguments the model sent.
-    canonicalize(&call.arguments, &exec.ledger().config().json_limits)?;
+    validate(&call.arguments, &exec.ledger().config().json_limits)?;
     let arguments_json = call.arguments.clone();
     let execution_id = ExecutionId::derive(&ExecutionIdParts {
         operation: op,

@@ -126,8 +126,10 @@ impl Ledger {
         // One transaction when the write lock is free (a replay in it writes
         // nothing); otherwise a replay is answered from a read, and only
         // what needs a write waits for the lock.
-        if let Some(out) = self.write_begins(op, round, &prepared, None, false)? {
-            return Ok(out);
+        match self.write_begins(op, round, &prepared, None, false) {
+            Ok(Some(out)) => return Ok(out),
+            Ok(None) => {}
+            Err(e) => return Err(e),
         }
         if let Some(replays) = self.replays_only(&prepared)? {
             return Ok((replays, Vec::new()));
@@ -258,38 +260,39 @@ impl Ledger {
                 // Rides in this transaction: a few rows flagged at most.
                 dao.sweep_attention(i64::from(SWEEP_EVERY))?;
             }
-            let op_status = dao.ensure_operation(op, now)?;
+            // The operation, and whether the first call's id is taken, in
+            // one read of index entries.
+            let (op_status, first_taken) = match calls.first() {
+                Some(p) => dao.operation_and_taken(op, &p.id)?,
+                None => (dao.operation_status(op)?, false),
+            };
+            let op_status = match op_status {
+                Some(status) => status,
+                None => {
+                    dao.insert_operation(op, now)?;
+                    OperationStatus::Open
+                }
+            };
             let mut marked = Vec::new();
             let answers = calls
                 .iter()
-                .map(|p| match dao.execution(&p.id)? {
-                    Some(rec) => {
-                        let digest = p.digest_for(rec.digest_scheme, &rec.args_digest, self)?;
-                        let (answer, abandoned) = self.answer_existing(
-                            dao,
-                            rec,
-                            &digest,
-                            is_cancelled(op_status),
-                            now,
-                            &mono,
-                        )?;
-                        if abandoned {
-                            marked.push(p.id.clone());
+                .enumerate()
+                .map(|(i, p)| {
+                    let taken = if i == 0 {
+                        first_taken
+                    } else {
+                        dao.execution_id_taken(&p.id)?
+                    };
+                    // The usual case first: a new call (no record, no
+                    // tombstone) is inserted without reading a record.
+                    if !is_cancelled(op_status) && !taken {
+                        if let Some(answer) =
+                            self.insert_new(dao, op, round, p, compensates, now)?
+                        {
+                            return Ok(answer);
                         }
-                        Ok(answer)
                     }
-                    None => match dao.tombstone(&p.id)? {
-                        // Pruned long ago: refused or reported, never run again.
-                        Some(tomb) => {
-                            let digest =
-                                p.digest_for(tomb.digest_scheme, &tomb.args_digest, self)?;
-                            Ok(retention::answer_for_tombstone(tomb, &digest))
-                        }
-                        None if is_cancelled(op_status) => Ok(Begin::Cancelled {
-                            execution_id: p.id.clone(),
-                        }),
-                        None => self.insert_new(dao, op, round, p, compensates, now),
-                    },
+                    self.answer_stored(dao, p, op_status, now, &mono, &mut marked)
                 })
                 .collect::<Result<Vec<_>>>()?;
             Ok((answers, marked))
@@ -317,6 +320,51 @@ impl Ledger {
         Ok(Some(out))
     }
 
+    /// The answer for a call whose id is taken (a stored execution or a
+    /// tombstone), or that falls in a cancelled operation, inside the open
+    /// transaction. Pushes onto `marked` an execution found left `executing`
+    /// by a dead owner and turned into `outcome_unknown`.
+    fn answer_stored(
+        &self,
+        dao: &Dao<'_>,
+        p: &Prepared<'_>,
+        op_status: OperationStatus,
+        now: i64,
+        mono: &Monotonic,
+        marked: &mut Vec<ExecutionId>,
+    ) -> Result<Begin> {
+        match dao.execution(&p.id)? {
+            Some(rec) => {
+                let digest = p.digest_for(rec.digest_scheme, &rec.args_digest, self)?;
+                let (answer, abandoned) =
+                    self.answer_existing(dao, rec, &digest, is_cancelled(op_status), now, mono)?;
+                if abandoned {
+                    marked.push(p.id.clone());
+                }
+                Ok(answer)
+            }
+            None => match dao.tombstone(&p.id)? {
+                // Pruned long ago: refused or reported, never run again.
+                Some(tomb) => {
+                    let digest = p.digest_for(tomb.digest_scheme, &tomb.args_digest, self)?;
+                    Ok(retention::answer_for_tombstone(tomb, &digest))
+                }
+                None if is_cancelled(op_status) => Ok(Begin::Cancelled {
+                    execution_id: p.id.clone(),
+                }),
+                // The insert found the id taken; this transaction holds the
+                // write lock, so it cannot have been freed since.
+                None => Err(Error::Internal(
+                    "an execution id was taken and free in one transaction",
+                )),
+            },
+        }
+    }
+
+    /// Inserts `p` as a new execution (`executing`, or `prepared` when it
+    /// needs approval) and answers for it; `None` when a stored execution
+    /// has its id (nothing written then). The caller checked the tombstones
+    /// (and found the id free: `None` only if that check was wrong).
     fn insert_new(
         &self,
         dao: &Dao<'_>,
@@ -325,13 +373,13 @@ impl Ledger {
         p: &Prepared<'_>,
         compensates: Option<&ExecutionId>,
         now: i64,
-    ) -> Result<Begin> {
+    ) -> Result<Option<Begin>> {
         let key = p.id.downstream_key();
         let executing = !p.spec.requires_approval;
         // The tool gets the arguments as the model sent them (checked, not
         // rewritten); the digest is over their canonical form.
         let args_json = &p.spec.call.arguments;
-        dao.insert_execution(
+        let inserted = dao.insert_execution(
             &NewExecution {
                 execution_id: &p.id,
                 operation_id: op,
@@ -357,8 +405,11 @@ impl Ledger {
             },
             self.session_id(),
         )?;
-        if executing {
-            Ok(Begin::Execute(Ticket {
+        if !inserted {
+            return Ok(None);
+        }
+        Ok(Some(if executing {
+            Begin::Execute(Ticket {
                 execution_id: p.id.clone(),
                 downstream_key: key,
                 attempt: 1,
@@ -369,15 +420,15 @@ impl Ledger {
                 external_id: None,
                 unknown_since: None,
                 earlier_unknown: None,
-            }))
+            })
         } else {
-            Ok(Begin::NeedsApproval(ApprovalRequest {
+            Begin::NeedsApproval(ApprovalRequest {
                 execution_id: p.id.clone(),
                 tool_name: p.spec.call.tool_name.clone(),
                 args_json: args_json.clone(),
                 args_digest: p.args.digest.clone(),
-            }))
-        }
+            })
+        }))
     }
 
     /// What a stored record means for a request with `new_digest` (the

@@ -10,7 +10,7 @@
 use super::answers::{AttemptId, StoredResult};
 use super::steps::{load, Carried, Fenced};
 use super::{Error, Ledger, Result};
-use crate::model::canonical::{canonicalize, object_array_member, write_json_string};
+use crate::model::canonical::{object_array_member, validate, write_json_string};
 use crate::model::{DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus, Transition};
 use crate::store::{Dao, Durability, EvidenceKind, StatusFields};
 
@@ -78,7 +78,7 @@ impl Ledger {
         result_json: &str,
         external_id: Option<&str>,
     ) -> Result<bool> {
-        canonicalize(result_json, &self.config.json_limits)?;
+        validate(result_json, &self.config.json_limits)?;
         let now = self.now();
         let id = &attempt.execution_id;
         self.write_fenced(|dao| {
@@ -283,7 +283,7 @@ impl Ledger {
         update: &JobUpdate,
     ) -> Result<JobApplied> {
         if let JobUpdate::Succeeded { result_json } = update {
-            canonicalize(result_json, &self.config.json_limits)?;
+            validate(result_json, &self.config.json_limits)?;
         }
         let now = self.now();
         self.write(Durability::Full, |dao| {

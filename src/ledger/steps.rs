@@ -11,7 +11,7 @@
 
 use super::answers::{AttemptId, CancelOutcome, Resolution, Resolved, StoredResult, Ticket};
 use super::{CommitSync, Error, Ledger, Result};
-use crate::model::canonical::canonicalize;
+use crate::model::canonical::validate;
 use crate::model::{
     ArgsDigest, ExecutionId, ExecutionRecord, ExecutionStatus, Monotonic, Move, OperationId,
     OperationStatus, Transition,
@@ -128,7 +128,7 @@ impl Ledger {
         preview_json: Option<&str>,
     ) -> Result<()> {
         if let Some(preview) = preview_json {
-            canonicalize(preview, &self.config.json_limits)?;
+            validate(preview, &self.config.json_limits)?;
         }
         let now = self.now();
         self.write(Durability::Full, |dao| {
@@ -274,7 +274,7 @@ impl Ledger {
         result_json: &str,
         external_id: Option<&str>,
     ) -> Result<StoredResult> {
-        canonicalize(result_json, &self.config.json_limits)?;
+        validate(result_json, &self.config.json_limits)?;
         self.commit_valid(attempt, result_json, external_id, None)
     }
 
@@ -524,7 +524,7 @@ impl Ledger {
     /// for a found result that is not JSON.
     pub fn resolve_unknown(&self, attempt: &AttemptId, resolution: Resolution) -> Result<Resolved> {
         if let Resolution::Found { result_json, .. } = &resolution {
-            canonicalize(result_json, &self.config.json_limits)?;
+            validate(result_json, &self.config.json_limits)?;
         }
         let now = self.now();
         let id = &attempt.execution_id;

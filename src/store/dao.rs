@@ -14,10 +14,14 @@ use rusqlite::Connection;
 
 use super::crypt::Keys;
 use super::events::MoveEvent;
+use super::hot::{self, Hot, HotSql};
 
 /// Queries over one open transaction.
 pub struct Dao<'a> {
     pub(super) tx: &'a Connection,
+    /// The connection's held hot-path statements (`None`: a bare
+    /// connection, whose `Dao` uses rusqlite's cache for them too).
+    pub(super) hot: Option<&'a Hot>,
     /// The ledger's keys when it is encrypted: value columns are sealed on
     /// the way in and opened on the way out (`codec`).
     pub(super) keys: Option<&'a Keys>,
@@ -30,17 +34,34 @@ impl<'a> Dao<'a> {
     pub(super) fn new(tx: &'a Connection) -> Dao<'a> {
         Dao {
             tx,
+            hot: None,
             keys: None,
             events: None,
         }
     }
 
-    pub(super) fn with_keys(tx: &'a Connection, keys: Option<&'a Keys>, observe: bool) -> Dao<'a> {
+    pub(super) fn with_keys(
+        tx: &'a Connection,
+        hot: Option<&'a Hot>,
+        keys: Option<&'a Keys>,
+        observe: bool,
+    ) -> Dao<'a> {
         Dao {
             tx,
+            hot,
             keys,
             events: observe.then(|| RefCell::new(Vec::new())),
         }
+    }
+
+    /// Runs `f` on the hot-path statement `which` (held by the connection,
+    /// or from rusqlite's cache on a bare connection).
+    pub(super) fn hot<T>(
+        &self,
+        which: HotSql,
+        f: impl FnOnce(&mut rusqlite::Statement<'_>) -> rusqlite::Result<T>,
+    ) -> super::error::Result<T> {
+        hot::run(self.hot, self.tx, which, f)
     }
 
     /// Rows changed by this connection so far (to tell whether a

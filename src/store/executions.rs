@@ -11,6 +11,7 @@ use super::crypt::{hex, unhex, Col, Row};
 use super::dao::Dao;
 use super::error::{Error, Result};
 use super::history::{history_line, parse_history, LogLine};
+use super::hot::HotSql;
 use crate::model::{
     ArgsDigest, DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus, Monotonic, Move,
     OperationId, Provider, SessionId, TransitionEntry,
@@ -115,24 +116,21 @@ impl Dao<'_> {
             .optional()?)
     }
 
-    /// Inserts a new execution and logs its creation.
+    /// Inserts a new execution, logging its creation, unless a stored
+    /// execution has its id. Returns false then (nothing written: the caller
+    /// reads what is stored and decides by it), so the usual `begin` of a
+    /// new call does not read the execution first. Tombstones are the
+    /// caller's to check (see `Dao::tombstone`).
     ///
     /// # Errors
-    /// Storage errors (a duplicate id is a constraint error).
-    pub fn insert_execution(&self, new: &NewExecution<'_>, session: &SessionId) -> Result<()> {
+    /// Storage errors.
+    pub fn insert_execution(&self, new: &NewExecution<'_>, session: &SessionId) -> Result<bool> {
         let row = Row::of(new.execution_id.as_str());
         let args = self.seal(Col::Args, row, Some(new.args_json))?;
-        self.tx
-            .prepare_cached(
-                "INSERT INTO executions (execution_id, operation_id, round, position, provider,
-                    provider_call_id, tool_name, tool_version, args_digest, args_json,
-                    downstream_key, requires_approval, status, attempt_count, owner_session,
-                    compensates, created_ms, updated_ms, history, digest_scheme)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?17, ?18, 2)",
-            )?
-            // Positional parameters: binding by name costs a lookup per value.
-            .execute(params![
+        // `HotSql::InsertExecution`: a taken id inserts nothing. Positional
+        // parameters: binding by name costs a lookup per value.
+        let inserted = self.hot(HotSql::InsertExecution, |stmt| {
+            stmt.execute(params![
                 new.execution_id,
                 new.operation_id,
                 new.round,
@@ -165,7 +163,11 @@ impl Dao<'_> {
                     session,
                     reason: None,
                 }),
-            ])?;
+            ])
+        })?;
+        if inserted == 0 {
+            return Ok(false);
+        }
         self.observe(
             new.execution_id,
             None,
@@ -174,7 +176,7 @@ impl Dao<'_> {
             None,
             new.now_ms,
         )?;
-        Ok(())
+        Ok(true)
     }
 
     /// A reason as written into a log line: itself in a plain ledger, the
@@ -331,21 +333,11 @@ impl Dao<'_> {
             session: owner,
             reason: None,
         });
-        // `external_id IS ?5`: equal, or both none. A cancelled operation's
-        // status moves too, which the general path does.
-        let changed = self
-            .tx
-            .prepare_cached(
-                "UPDATE executions SET status = 'committed', updated_ms = ?3,
-                    unknown_since_ms = NULL, unknown_boot = NULL, result_json = ?4,
-                    external_id = ?5, history = history || ?6
-                 WHERE execution_id = ?1 AND status = 'executing' AND attempt_count = ?2
-                   AND owner_session = ?7 AND (external_id IS NULL OR external_id IS ?5)
-                   AND NOT EXISTS (SELECT 1 FROM operations o
-                                   WHERE o.operation_id = executions.operation_id
-                                     AND o.status = 'cancelled')",
-            )?
-            .execute(params![
+        // The statement (`HotSql::CommitRunning`) checks the fence, that the
+        // external id stored is none or the same, and that the operation is
+        // not cancelled.
+        let changed = self.hot(HotSql::CommitRunning, |stmt| {
+            stmt.execute(params![
                 id,
                 attempt,
                 now_ms,
@@ -353,7 +345,8 @@ impl Dao<'_> {
                 external_id,
                 line,
                 owner
-            ])?;
+            ])
+        })?;
         if changed != 0 {
             self.observe(id, Some(mv.from()), mv.to(), attempt, None, now_ms)?;
         }
@@ -393,14 +386,9 @@ impl Dao<'_> {
             session: actor,
             reason: None,
         });
-        let changed = self
-            .tx
-            .prepare_cached(
-                "UPDATE executions SET status = 'result_delivered', updated_ms = ?2,
-                    history = history || ?3, needs_attention = NULL
-                 WHERE execution_id = ?1 AND status = 'committed'",
-            )?
-            .execute(params![id, at_ms, line])?;
+        let changed = self.hot(HotSql::Deliver, |stmt| {
+            stmt.execute(params![id, at_ms, line])
+        })?;
         if changed != 0 {
             self.observe(id, Some(mv.from()), mv.to(), attempt, None, at_ms)?;
         }

@@ -28,7 +28,7 @@ pub(super) struct LogLine<'a> {
 /// alphanumeric session id, so it needs no escaping.
 pub(super) fn history_line(line: &LogLine<'_>) -> String {
     let mut out = String::with_capacity(96);
-    out.push_str(&line.at_ms.to_string());
+    push_decimal(&mut out, line.at_ms);
     out.push('|');
     out.push_str(line.transition);
     out.push('|');
@@ -36,7 +36,7 @@ pub(super) fn history_line(line: &LogLine<'_>) -> String {
     out.push('|');
     out.push_str(line.to.as_str());
     out.push('|');
-    out.push_str(&line.attempt.to_string());
+    push_decimal(&mut out, i64::from(line.attempt));
     out.push('|');
     out.push_str(line.session.as_str());
     if let Some(reason) = line.reason {
@@ -45,6 +45,30 @@ pub(super) fn history_line(line: &LogLine<'_>) -> String {
     }
     out.push('\n');
     out
+}
+
+/// Appends `v` in decimal, as `to_string` writes it, without the
+/// formatting machinery (three log lines per call).
+fn push_decimal(out: &mut String, v: i64) {
+    if v < 0 {
+        out.push('-');
+    }
+    let mut n = v.unsigned_abs();
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // `n % 10` is below 10.
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // ASCII digits: always UTF-8.
+    if let Some(text) = digits.get(at..).and_then(|d| std::str::from_utf8(d).ok()) {
+        out.push_str(text);
+    }
 }
 
 /// Parses a `history` column back into log entries, oldest first.
@@ -211,6 +235,15 @@ mod tests {
             assert_eq!(entry.at_ms, 1_700_000_000_000 + i as i64);
             assert_eq!(entry.from, (i > 0).then_some(ExecutionStatus::Executing));
             assert_eq!(entry.transition, "fail_before_commit");
+        }
+    }
+
+    #[test]
+    fn decimals_are_written_as_to_string_writes_them() {
+        for v in [0, 7, 10, 1_700_000_000_000, -1, -90, i64::MAX, i64::MIN] {
+            let mut out = String::new();
+            push_decimal(&mut out, v);
+            assert_eq!(out, v.to_string());
         }
     }
 

@@ -38,6 +38,7 @@ mod error;
 mod events;
 mod executions;
 mod history;
+mod hot;
 mod jobs;
 mod modes;
 mod operations;
@@ -152,7 +153,11 @@ impl std::fmt::Debug for Store {
 /// An open connection and the identity of the WAL file it writes to.
 #[derive(Debug)]
 struct Open {
-    conn: Connection,
+    /// The hot path's held statements. Declared before `conn`: dropped (and
+    /// so finalized) first (see `hot`).
+    hot: hot::Hot,
+    /// Boxed: the held statements point at it, so it must not move.
+    conn: Box<Connection>,
     wal: Option<FileId>,
     /// The `synchronous` setting in force on `conn` (FULL when opened).
     normal: bool,
@@ -165,7 +170,8 @@ struct Open {
 impl Open {
     fn new(conn: Connection, wal: Option<FileId>) -> Open {
         Open {
-            conn,
+            hot: hot::Hot::new(),
+            conn: Box::new(conn),
             wal,
             normal: false,
             unsynced: false,
@@ -605,10 +611,8 @@ impl Store {
                 .map_err(Error::from)?;
         }
         let begun = open
-            .conn
-            .prepare_cached("BEGIN IMMEDIATE")
-            .and_then(|mut s| s.execute([]))
-            .map_err(Error::from);
+            .hot
+            .with(&open.conn, hot::HotSql::BeginImmediate, |s| s.execute([]));
         if !wait {
             if let Err(e) = set_busy_timeout(&open.conn, &self.options) {
                 // Leave no transaction open behind an error.
@@ -623,7 +627,7 @@ impl Store {
             Err(e) => return Err(e.into()),
             Ok(_) => {}
         }
-        let result = run_begun(&open.conn, keys, observe, f);
+        let result = run_begun(&open.conn, Some(&open.hot), keys, observe, f);
         if let Ok(((_, true), _)) = &result {
             match durability {
                 // Its sync covered every frame written before it.
@@ -753,7 +757,10 @@ impl Store {
             .map_err(Error::from);
         // A failed close hands the connection back; dropping it closes it
         // (rusqlite's drop closes and ignores the error) so no lock survives.
-        let closed = open.conn.close().map_err(|(conn, e)| {
+        // The held statements go first: a connection with statements left
+        // does not close.
+        open.hot.clear();
+        let closed = (*open.conn).close().map_err(|(conn, e)| {
             drop(conn);
             Error::from(e)
         });
@@ -864,23 +871,22 @@ fn run_in_transaction<T, E: From<Error>>(
     conn.prepare_cached(begin)
         .and_then(|mut s| s.execute([]))
         .map_err(Error::from)?;
-    run_begun(conn, keys, observe, f)
+    run_begun(conn, None, keys, observe, f)
 }
 
 /// Runs `f` in the transaction just begun and commits it; the guard rolls
 /// back on every other path. Returns the status moves it made when `observe`.
 fn run_begun<T, E: From<Error>>(
     conn: &Connection,
+    held: Option<&hot::Hot>,
     keys: Option<&crypt::Keys>,
     observe: bool,
     f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
 ) -> std::result::Result<(T, Vec<MoveEvent>), E> {
     let mut guard = RollbackGuard { conn, armed: true };
-    let dao = Dao::with_keys(conn, keys, observe);
+    let dao = Dao::with_keys(conn, held, keys, observe);
     let out = f(&dao)?;
-    conn.prepare_cached("COMMIT")
-        .and_then(|mut s| s.execute([]))
-        .map_err(Error::from)?;
+    hot::run(held, conn, hot::HotSql::Commit, |s| s.execute([]))?;
     guard.armed = false;
     let events = dao.events.map(|e| e.into_inner()).unwrap_or_default();
     Ok((out, events))

@@ -160,6 +160,60 @@ impl ToolHandler for Counting {
     }
 }
 
+/// `begin` inserts a new call before it reads anything of it, after one
+/// read of the operation and the first call's tombstone: a pruned call is
+/// refused wherever it sits in a round, and the new calls beside it run.
+#[test]
+fn a_round_refuses_its_pruned_calls_in_any_position_and_runs_the_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, clock) = open_at(&dir.path().join("l.db"));
+    let args = r#"{"to":"a@example.com"}"#;
+    let first = delivered(&ledger, "o", "c1", args);
+    let last = delivered(&ledger, "o", "c2", args);
+    clock.advance(31 * DAY_MS);
+    let report = ledger
+        .prune(Duration::from_secs(30 * 86_400), true)
+        .unwrap();
+    assert_eq!(report.tombstones_written, 2);
+    assert_eq!(report.operations, 1, "the operation is created again below");
+
+    let answers = ledger
+        .begin_round(
+            &op("o"),
+            0,
+            &[
+                spec("c1", "send", args),
+                spec("c9", "send", args),
+                spec("c2", "send", args),
+            ],
+        )
+        .unwrap();
+    for (answer, pruned) in [(&answers[0], &first), (&answers[2], &last)] {
+        match answer {
+            Begin::Failed {
+                execution_id,
+                reason,
+            } => {
+                assert_eq!(execution_id, pruned);
+                assert_eq!(reason, PRUNED_EXECUTED_REASON);
+            }
+            other => panic!("a pruned call must not run again: {other:?}"),
+        }
+        assert_eq!(ledger.get(pruned).unwrap(), None, "nothing recorded again");
+    }
+    let Begin::Execute(new) = &answers[1] else {
+        panic!("the new call runs: {:?}", answers[1])
+    };
+    assert_eq!(
+        ledger.get(&new.execution_id).unwrap().unwrap().status,
+        ExecutionStatus::Executing
+    );
+    assert_eq!(
+        ledger.operation_status(&op("o")).unwrap(),
+        Some(OperationStatus::Open)
+    );
+}
+
 #[test]
 fn through_the_executor_a_late_retry_of_a_pruned_call_does_not_execute() {
     let dir = tempfile::tempdir().unwrap();

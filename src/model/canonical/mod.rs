@@ -30,9 +30,11 @@
 
 mod number;
 mod raw;
+mod validate;
 
 use number::{write_exact, write_number};
 pub use raw::object_array_member;
+pub use validate::validate;
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
