@@ -165,6 +165,10 @@ pub fn check(
             f.lost_records += 1;
         }
         for t in ledger.transitions(id).map_err(|e| e.to_string())? {
+            // A note (a refused stale attempt, …) keeps the status: not a move.
+            if t.from == Some(t.to) {
+                continue;
+            }
             let out_of_committed = match t.from {
                 Some(ExecutionStatus::Committed) => t.to != ExecutionStatus::ResultDelivered,
                 Some(ExecutionStatus::ResultDelivered) => true,
