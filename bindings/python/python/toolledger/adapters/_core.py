@@ -206,8 +206,18 @@ def _request(native: Any) -> tl.ToolRequest:
     )
 
 
+class _JsonText(str):
+    """A tool's value already serialised to JSON text by the adapter (which
+    keeps the text, to recognise its own result in the call's outcome):
+    recorded as it is."""
+
+    __slots__ = ()
+
+
 def _performed(name: str, value: Any) -> Any:
     """The library's ``PerformOutcome`` for what a wrapped tool returned."""
+    if type(value) is _JsonText:
+        return _ffi.PerformOutcome.COMMITTED(result_json=str(value), external_id=None)
     try:
         text = _json(value)
     except (TypeError, ValueError) as e:
