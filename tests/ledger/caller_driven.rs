@@ -599,8 +599,20 @@ fn a_report_by_fencing_token_commits_once_and_a_stale_one_is_refused_and_kept() 
     else {
         panic!("{done:?}")
     };
-    // Reported again: refused, the committed result stands.
-    let again = report_by_token(&exec, &a2, committed(r#"{"again":1}"#)).unwrap();
+    // The committed attempt reported again: the same typed error as
+    // `report` gives, nothing changed.
+    let twice = report_by_token(&exec, &a2, committed(r#"{"again":1}"#)).unwrap_err();
+    assert!(
+        matches!(twice, ExecError::Ledger(LedgerError::AlreadyCommitted(_))),
+        "{twice:?}"
+    );
+    let twice = exec.report(&a2, committed(r#"{"again":1}"#)).unwrap_err();
+    assert!(
+        matches!(twice, ExecError::Ledger(LedgerError::AlreadyCommitted(_))),
+        "{twice:?}"
+    );
+    // The stale attempt reported again: refused, the committed result stands.
+    let again = report_by_token(&exec, &a1, committed(r#"{"again":1}"#)).unwrap();
     let CallerStep::Done(CallOutcome::Completed {
         result_json: stored,
         replayed: true,
