@@ -14,6 +14,11 @@
 //! apart; the replays ask for a call that committed. `only` (`execute` or
 //! `driven`) runs that one way for `--calls` calls and nothing else, for
 //! `strace -f -c -e trace=fsync,fdatasync` to count its syncs.
+//!
+//! `TL_BENCH_EVICT_KIB=N` writes over N KiB of memory before each timed
+//! step (not timed): the calls then run with the caches as a language
+//! runtime leaves them between its crossings, not as a tight Rust loop
+//! keeps them.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,6 +57,8 @@ fn noop_result() -> PerformOutcome {
 type Failure = Box<dyn std::error::Error>;
 
 struct Bench {
+    /// Written over before each timed step (`TL_BENCH_EVICT_KIB`).
+    evict: Vec<u8>,
     executor: Executor,
     rt: tokio::runtime::Runtime,
     op: OperationId,
@@ -72,7 +79,12 @@ impl Bench {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        let evict_kib: usize = std::env::var("TL_BENCH_EVICT_KIB")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         let this = Bench {
+            evict: vec![0; evict_kib * 1024],
             executor,
             rt,
             op: OperationId::new("driven")?,
@@ -81,6 +93,15 @@ impl Bench {
         this.rt
             .block_on(this.executor.execute(&this.op, 0, replayed()))?;
         Ok(this)
+    }
+
+    /// Leaves the caches as other work would (nothing when not asked).
+    fn evict(&mut self) {
+        let round = self.next as u8;
+        for chunk in self.evict.chunks_mut(64) {
+            chunk[0] = chunk[0].wrapping_add(round | 1);
+        }
+        std::hint::black_box(&self.evict);
     }
 
     fn new_call(&mut self) -> ToolCall {
@@ -94,6 +115,7 @@ impl Bench {
 
     fn execute(&mut self) -> Result<Duration, Failure> {
         let call = self.new_call();
+        self.evict();
         let t = Instant::now();
         self.rt.block_on(self.executor.execute(&self.op, 1, call))?;
         Ok(t.elapsed())
@@ -102,11 +124,13 @@ impl Bench {
     /// start → report of a new call: (start, report).
     fn driven(&mut self) -> Result<(Duration, Duration), Failure> {
         let call = self.new_call();
+        self.evict();
         let t = Instant::now();
         let CallerStep::Perform(attempt) = self.executor.start(&self.op, 1, call)? else {
             return Err("a new call was not performed".into());
         };
         let started = t.elapsed();
+        self.evict();
         let t = Instant::now();
         let step = self.executor.report(&attempt, Ok(noop_result()))?;
         let reported = t.elapsed();
@@ -117,6 +141,7 @@ impl Bench {
     }
 
     fn replay_execute(&mut self) -> Result<Duration, Failure> {
+        self.evict();
         let t = Instant::now();
         self.rt
             .block_on(self.executor.execute(&self.op, 0, replayed()))?;
@@ -124,6 +149,7 @@ impl Bench {
     }
 
     fn replay_start(&mut self) -> Result<Duration, Failure> {
+        self.evict();
         let t = Instant::now();
         let step = self.executor.start(&self.op, 0, replayed())?;
         let took = t.elapsed();

@@ -195,15 +195,7 @@ def _json(value: Any) -> str:
 
 
 def _request(native: Any) -> tl.ToolRequest:
-    return tl.ToolRequest(
-        execution_id=native.execution_id,
-        downstream_key=native.downstream_key,
-        tool_name=native.tool_name,
-        arguments_json=native.arguments_json,
-        attempt=native.attempt,
-        item_index=native.item_index,
-        external_id=native.external_id,
-    )
+    return tl.ToolRequest._from_ffi(native)
 
 
 class _JsonText(str):
