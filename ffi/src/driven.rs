@@ -19,7 +19,7 @@
 //! batch tools run through `execute` only.
 
 use toolledger_core::executor as core;
-use toolledger_core::model::OperationId;
+use toolledger_core::model::{ExecutionId, OperationId};
 
 use super::error::LedgerError;
 use super::executor::ToolExecutor;
@@ -136,6 +136,26 @@ impl ToolExecutor {
         Ok(self
             .inner
             .report(&attempt.into(), Ok(outcome.into()))?
+            .into())
+    }
+
+    /// `report` for a side-effecting `Perform` attempt named by its fencing
+    /// token alone: `attempt.request.execution_id` and
+    /// `attempt.request.attempt`. The same rules; a language saves passing
+    /// the whole attempt back. A read-only attempt is reported with
+    /// `report` (nothing is stored for a token to name).
+    ///
+    /// # Errors
+    /// As `report` (`NotFound` for a read-only call's id too).
+    pub fn report_attempt(
+        &self,
+        execution_id: ExecutionId,
+        attempt: u32,
+        outcome: PerformOutcome,
+    ) -> Result<CallerStep> {
+        Ok(self
+            .inner
+            .report_attempt(&execution_id, attempt, Ok(outcome.into()))?
             .into())
     }
 

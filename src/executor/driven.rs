@@ -178,33 +178,12 @@ impl Executor {
                     .latency(&desc.name, driven.started.elapsed());
                 (driven.ticket, outcome)
             }
-            // Not an attempt this executor has outstanding (reported twice,
-            // or handed out by another executor of this ledger): the ledger's
-            // fence decides. Without the attempt's context, a refusal is not
-            // taken as proof that an earlier request cannot land.
-            None => {
-                let outcome = match outcome {
-                    PerformOutcome::FailedBeforeCommit { reason, .. } => PerformOutcome::Unknown {
-                        reason: format!(
-                            "refused ({reason}); reported for an attempt not handed out here"
-                        ),
-                    },
-                    other => other,
-                };
-                (self.ticket_of(request)?, outcome)
-            }
+            None => (
+                self.ticket_of(&request.execution_id, request.attempt)?.1,
+                not_handed_out(outcome),
+            ),
         };
-        let attempt_no = ticket.attempt;
-        let step = match self.after_perform(&desc, ticket, outcome) {
-            Ok(step) => step,
-            Err(e) => {
-                // Not recorded (a storage failure): nobody in this process
-                // will finish the attempt, so the next ask reconciles it, as
-                // for an `execute` whose step failed.
-                self.orphan(&request.execution_id, attempt_no);
-                return Err(e);
-            }
-        };
+        let step = self.record_report(&desc, ticket, outcome)?;
         if let Step::Retry { after, .. } = step {
             return Ok(CallerStep::Retry {
                 attempt: attempt.clone(),
@@ -212,6 +191,73 @@ impl Executor {
             });
         }
         self.hand_over(&desc, step)
+    }
+
+    /// [`Executor::report`] for a side-effecting attempt named by its
+    /// fencing token alone — execution id and attempt number — for callers
+    /// that keep no copy of the attempt's request (the bindings: handing
+    /// the whole attempt back costs a language more than the report). The
+    /// rules are `report`'s: the tool is the one the attempt was handed out
+    /// for (or the stored execution's), applied only while that attempt is
+    /// current and owned here. A read-only attempt is reported with
+    /// `report`: nothing is stored for a token to name.
+    ///
+    /// # Errors
+    /// As [`Executor::report`] (`NotFound` for a read-only call's id too).
+    pub fn report_attempt(
+        &self,
+        id: &ExecutionId,
+        attempt: u32,
+        outcome: std::result::Result<PerformOutcome, ToolError>,
+    ) -> Result<CallerStep> {
+        let outcome = outcome.unwrap_or_else(|e| PerformOutcome::Unknown {
+            reason: format!("tool error: {}", e.message),
+        });
+        // The descriptor is checked before the attempt is taken, as
+        // `report` does: a refused report leaves the attempt outstanding.
+        let (desc, ticket, outcome) = match self.driven_tool(id, attempt) {
+            Some(tool_name) => {
+                let desc = self.side_effect_descriptor(&tool_name)?;
+                match self.take_driven(id, attempt) {
+                    Some(driven) => {
+                        self.metrics_sink()
+                            .latency(&desc.name, driven.started.elapsed());
+                        (desc, driven.ticket, outcome)
+                    }
+                    // Reported meanwhile by another thread: the fence decides.
+                    None => (
+                        desc,
+                        self.ticket_of(id, attempt)?.1,
+                        not_handed_out(outcome),
+                    ),
+                }
+            }
+            None => {
+                let (tool_name, ticket) = self.ticket_of(id, attempt)?;
+                let desc = self.side_effect_descriptor(&tool_name)?;
+                (desc, ticket, not_handed_out(outcome))
+            }
+        };
+        let step = self.record_report(&desc, ticket, outcome)?;
+        self.hand_over(&desc, step)
+    }
+
+    /// Records a reported outcome (the ledger's fence decides whether it
+    /// applies) and decides the next step.
+    fn record_report(
+        &self,
+        desc: &ToolDescriptor,
+        ticket: Ticket,
+        outcome: PerformOutcome,
+    ) -> Result<Step> {
+        let id = ticket.execution_id.clone();
+        let attempt_no = ticket.attempt;
+        self.after_perform(desc, ticket, outcome).inspect_err(|_| {
+            // Not recorded (a storage failure): nobody in this process will
+            // finish the attempt, so the next ask reconciles it, as for an
+            // `execute` whose step failed.
+            self.orphan(&id, attempt_no);
+        })
     }
 
     /// Reports what the tool's lookup found for a [`CallerStep::Lookup`]
@@ -269,9 +315,20 @@ impl Executor {
     /// (read-only or not) is the tool's: a read-only "attempt" for a
     /// side-effecting tool would skip the ledger.
     fn checked_descriptor(&self, attempt: &CallerAttempt) -> Result<ToolDescriptor> {
-        let desc = self.tool(&attempt.request.tool_name)?.descriptor();
-        let read_only = desc.effect == EffectClass::ReadOnly;
-        if read_only != attempt.read_only || desc.batch == BatchMode::Independent {
+        self.kind_checked(&attempt.request.tool_name, attempt.read_only)
+    }
+
+    /// The descriptor of side-effecting tool `name`, checked as
+    /// [`Self::checked_descriptor`] checks a side-effecting attempt's.
+    fn side_effect_descriptor(&self, name: &str) -> Result<ToolDescriptor> {
+        self.kind_checked(name, false)
+    }
+
+    fn kind_checked(&self, name: &str, read_only: bool) -> Result<ToolDescriptor> {
+        let desc = self.tool(name)?.descriptor();
+        if (desc.effect == EffectClass::ReadOnly) != read_only
+            || desc.batch == BatchMode::Independent
+        {
             return Err(Error::CallerDriven(desc.name));
         }
         Ok(desc)
@@ -357,17 +414,40 @@ impl Executor {
         a.driven.remove(id)
     }
 
+    /// The tool of attempt `attempt` of `id`, if this executor handed it
+    /// out and it was not reported yet.
+    fn driven_tool(&self, id: &ExecutionId, attempt: u32) -> Option<String> {
+        let a = self.inner.attempts.lock().ok()?;
+        a.driven
+            .get(id)
+            .filter(|d| d.ticket.attempt == attempt)
+            .map(|d| d.ticket.tool_name.clone())
+    }
+
     /// A ticket for a reported attempt this executor did not hand out: the
     /// stored execution, at the attempt the report names (the ledger
-    /// refuses it unless that attempt is current and owned here).
-    fn ticket_of(&self, request: &ToolRequest) -> Result<Ticket> {
-        let id = &request.execution_id;
+    /// refuses it unless that attempt is current and owned here), and its
+    /// tool's name.
+    fn ticket_of(&self, id: &ExecutionId, attempt: u32) -> Result<(String, Ticket)> {
         let rec = self
             .ledger()
             .get(id)?
             .ok_or_else(|| ledger::Error::NotFound(id.clone()))?;
         let mut ticket = Ticket::from_record(&rec);
-        ticket.attempt = request.attempt;
-        Ok(ticket)
+        ticket.attempt = attempt;
+        Ok((rec.tool_name, ticket))
+    }
+}
+
+/// What a report for an attempt this executor has not outstanding
+/// (reported twice, or handed out by another executor of this ledger)
+/// counts as: the ledger's fence decides, and without the attempt's context
+/// a refusal is not taken as proof that an earlier request cannot land.
+fn not_handed_out(outcome: PerformOutcome) -> PerformOutcome {
+    match outcome {
+        PerformOutcome::FailedBeforeCommit { reason, .. } => PerformOutcome::Unknown {
+            reason: format!("refused ({reason}); reported for an attempt not handed out here"),
+        },
+        other => other,
     }
 }

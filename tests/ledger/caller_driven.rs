@@ -558,3 +558,166 @@ fn a_report_that_cannot_be_recorded_leaves_the_attempt_to_be_reconciled_not_in_f
     assert!(matches!(out, CallOutcome::Completed { .. }), "{out:?}");
     assert_eq!(service.effects().len(), 1);
 }
+
+/// `report_attempt` names the attempt by its fencing token alone (the
+/// bindings' report): every rule of `report` holds for it.
+fn report_by_token(
+    exec: &Executor,
+    a: &CallerAttempt,
+    outcome: Result<PerformOutcome, ToolError>,
+) -> Result<CallerStep, ExecError> {
+    exec.report_attempt(&a.request.execution_id, a.request.attempt, outcome)
+}
+
+#[test]
+fn a_report_by_fencing_token_commits_once_and_a_stale_one_is_refused_and_kept() {
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let exec = executor(&dir.path().join("l.db"), &service, true, false);
+    let a1 = perform_of(exec.start(&op("op"), 0, pay()).unwrap());
+    let id = a1.request.execution_id.clone();
+    // Attempt 1 times out (unknown): the key tool is resent as attempt 2.
+    let a2 = perform_of(report_by_token(&exec, &a1, Err(ToolError::new("timed out"))).unwrap());
+    assert_eq!(a2.request.attempt, 2);
+    assert_eq!(a2.request.downstream_key, a1.request.downstream_key);
+    // Attempt 1's late answer: refused, kept as evidence, attempt 2 runs on.
+    let late = report_by_token(&exec, &a1, committed(r#"{"late":1}"#)).unwrap();
+    assert!(
+        matches!(late, CallerStep::Done(CallOutcome::InFlight { .. })),
+        "{late:?}"
+    );
+    assert_eq!(exec.ledger().evidence(&id).unwrap().len(), 1);
+    let done = report_by_token(&exec, &a2, perform(&service, &a2.request)).unwrap();
+    let CallerStep::Done(CallOutcome::Completed {
+        result_json,
+        replayed: false,
+        ..
+    }) = done
+    else {
+        panic!("{done:?}")
+    };
+    // The committed attempt reported again: the same typed error as
+    // `report` gives, nothing changed.
+    let twice = report_by_token(&exec, &a2, committed(r#"{"again":1}"#)).unwrap_err();
+    assert!(
+        matches!(twice, ExecError::Ledger(LedgerError::AlreadyCommitted(_))),
+        "{twice:?}"
+    );
+    let twice = exec.report(&a2, committed(r#"{"again":1}"#)).unwrap_err();
+    assert!(
+        matches!(twice, ExecError::Ledger(LedgerError::AlreadyCommitted(_))),
+        "{twice:?}"
+    );
+    // The stale attempt reported again: refused, the committed result stands.
+    let again = report_by_token(&exec, &a1, committed(r#"{"again":1}"#)).unwrap();
+    let CallerStep::Done(CallOutcome::Completed {
+        result_json: stored,
+        replayed: true,
+        ..
+    }) = again
+    else {
+        panic!("{again:?}")
+    };
+    assert_eq!(stored, result_json);
+    assert_eq!(service.effects().len(), 1);
+    let rec = exec.ledger().get(&id).unwrap().unwrap();
+    assert_eq!(
+        (rec.status, rec.attempt_count),
+        (ExecutionStatus::Committed, 2)
+    );
+    assert_eq!(rec.result_json.as_deref(), Some(result_json.as_str()));
+    // An attempt the execution never had is bad input, not evidence.
+    let err = exec.report_attempt(&id, 9, committed("1")).unwrap_err();
+    assert!(
+        matches!(err, ExecError::Ledger(LedgerError::NoSuchAttempt { .. })),
+        "{err:?}"
+    );
+    assert_eq!(exec.ledger().evidence(&id).unwrap().len(), 2);
+}
+
+#[test]
+fn a_report_by_fencing_token_from_another_session_is_refused_and_a_refusal_proves_nothing() {
+    let service = Downstream::start(Behaviour::default());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let owner = executor(&path, &service, true, false);
+    let intruder = executor(&path, &service, true, false);
+    let a = perform_of(owner.start(&op("op"), 0, pay()).unwrap());
+    let id = a.request.execution_id.clone();
+    let refused = report_by_token(&intruder, &a, committed(r#"{"x":1}"#)).unwrap();
+    assert!(
+        matches!(refused, CallerStep::Done(CallOutcome::InFlight { .. })),
+        "{refused:?}"
+    );
+    let rec = owner.ledger().get(&id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::Executing);
+    // The owner's report by token applies; a second one, not handed out
+    // any more, saying "refused" is not taken as proof of anything.
+    let done = report_by_token(&owner, &a, committed(r#"{"y":2}"#)).unwrap();
+    assert!(
+        matches!(
+            done,
+            CallerStep::Done(CallOutcome::Completed {
+                replayed: false,
+                ..
+            })
+        ),
+        "{done:?}"
+    );
+    let refused = Ok(PerformOutcome::FailedBeforeCommit {
+        reason: "rejected".into(),
+        retryable: false,
+    });
+    let after = report_by_token(&owner, &a, refused).unwrap();
+    let CallerStep::Done(CallOutcome::Completed { result_json, .. }) = after else {
+        panic!("{after:?}")
+    };
+    assert_eq!(result_json, r#"{"y":2}"#);
+    let rec = owner.ledger().get(&id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::Committed);
+}
+
+#[test]
+fn a_report_by_fencing_token_is_refused_for_a_read_only_tool_or_an_unknown_execution() {
+    let service = Downstream::start(Behaviour::default());
+    let dir = tempfile::tempdir().unwrap();
+    let exec = executor(&dir.path().join("l.db"), &service, true, false);
+    exec.register(Arc::new(HttpTool::new(
+        ToolDescriptor::read_only("weather", 1),
+        Kind::Read,
+        &service,
+    )))
+    .unwrap();
+    let read = perform_of(
+        exec.start(&op("op"), 0, call("call_w", "weather", "{}"))
+            .unwrap(),
+    );
+    let err = report_by_token(&exec, &read, committed("1")).unwrap_err();
+    // Nothing is stored for a read-only call: there is nothing to name.
+    assert!(
+        matches!(err, ExecError::Ledger(LedgerError::NotFound(_))),
+        "{err:?}"
+    );
+    // An id that names no stored execution.
+    let a = perform_of(exec.start(&op("op"), 0, pay()).unwrap());
+    let missing = toolledger::model::ExecutionId::parse("nobody:round_0:c:pay:v1").unwrap();
+    let err = exec
+        .report_attempt(&missing, 1, committed("1"))
+        .unwrap_err();
+    assert!(
+        matches!(err, ExecError::Ledger(LedgerError::NotFound(_))),
+        "{err:?}"
+    );
+    // The real attempt is still outstanding and reportable.
+    let rec = exec.ledger().get(&a.request.execution_id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::Executing);
+    let done = report_by_token(&exec, &a, committed(r#"{"ok":1}"#)).unwrap();
+    assert!(matches!(
+        done,
+        CallerStep::Done(CallOutcome::Completed { .. })
+    ));
+    assert_eq!(service.effects().len(), 0);
+}

@@ -141,6 +141,27 @@ def test_a_stale_report_is_refused_and_the_current_attempts_result_stands(ledger
             native.report(forged, ffi.PerformOutcome.COMMITTED("1", None))
 
 
+def test_a_report_by_fencing_token_follows_the_same_rules(ledger_path, downstream):
+    # `report_attempt(execution_id, attempt, outcome)`: what the layer sends
+    # for a side-effecting attempt instead of the whole attempt record.
+    tool, _ = sending(downstream, key=True, lookup=False)
+    with tl.Ledger.open(ledger_path) as ledger:
+        native = tl.Executor(ledger, tools=[tool]).native
+        a1 = native.start("op_1", 0, email_call()).attempt.request
+        step = native.report_attempt(a1.execution_id, 1, ffi.PerformOutcome.UNKNOWN("timed out"))
+        assert kind(step) == "PERFORM" and step.attempt.request.attempt == 2
+        late = native.report_attempt(a1.execution_id, 1, ffi.PerformOutcome.COMMITTED('{"late":1}', None))
+        assert kind(late.outcome) == "IN_FLIGHT"
+        done = native.report_attempt(a1.execution_id, 2, ffi.PerformOutcome.COMMITTED('{"fresh":2}', None))
+        assert kind(done.outcome) == "COMPLETED" and not done.outcome.replayed
+        assert ledger.get(a1.execution_id).result_json == '{"fresh":2}'
+        with pytest.raises(ffi.LedgerError.InvalidInput):
+            native.report_attempt(a1.execution_id, 9, ffi.PerformOutcome.COMMITTED("1", None))
+        with pytest.raises(ffi.LedgerError.NotFound):
+            native.report_attempt("nobody:round_0:c:send_email:v1", 1, ffi.PerformOutcome.COMMITTED("1", None))
+        assert ledger.get(a1.execution_id).result_json == '{"fresh":2}'
+
+
 def test_an_interrupted_caller_reports_the_attempt_unknown_and_the_next_ask_reconciles(ledger_path, downstream):
     tool, calls = sending(downstream, lookup=True)
 

@@ -49,6 +49,16 @@ def _kind(step: Any) -> str:
     return type(step).__name__.rsplit(".", 1)[-1]
 
 
+def _report(native: Any, attempt: Any, outcome: Any) -> Any:
+    """Reports a ``Perform`` attempt: a side-effecting one by its fencing
+    token alone (execution id and attempt number: lowering the whole
+    attempt again costs more than the report), a read-only one whole."""
+    if attempt.read_only:
+        return native.report(attempt, outcome)
+    request = attempt.request
+    return native.report_attempt(request.execution_id, request.attempt, outcome)
+
+
 def run(native: Any, step: Any, perform: Callable[[Any], Any], lookup: Callable[[Any], Any]) -> Any:
     """Walks one call's steps on this thread; returns the library's
     ``CallOutcome``."""
@@ -58,12 +68,16 @@ def run(native: Any, step: Any, perform: Callable[[Any], Any], lookup: Callable[
             return step.outcome
         attempt = step.attempt
         if kind is _PERFORM:
+            request = attempt.request
             try:
-                outcome = perform(attempt.request)
+                outcome = perform(request)
             except BaseException:
-                native.report(attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
+                _report(native, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
                 raise
-            step = native.report(attempt, outcome)
+            if attempt.read_only:
+                step = native.report(attempt, outcome)
+            else:
+                step = native.report_attempt(request.execution_id, request.attempt, outcome)
         elif kind is _LOOKUP:
             try:
                 found = lookup(attempt.request)
@@ -97,12 +111,16 @@ async def arun(native: Any, step: Any, perform: Callable[[Any], Awaitable[Any]],
             return step.outcome
         attempt = step.attempt
         if kind is _PERFORM:
+            request = attempt.request
             try:
-                outcome = await perform(attempt.request)
+                outcome = await perform(request)
             except BaseException:
-                native.report(attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
+                _report(native, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
                 raise
-            step = await io(native.report, attempt, outcome)
+            if attempt.read_only:
+                step = await io(native.report, attempt, outcome)
+            else:
+                step = await io(native.report_attempt, request.execution_id, request.attempt, outcome)
         elif kind is _LOOKUP:
             try:
                 found = await lookup(attempt.request)

@@ -219,7 +219,12 @@ def from_ffi(outcome: Any) -> CallOutcome:
         cls = _VARIANTS[type(outcome).__name__.rsplit(".", 1)[-1]]
         found = _BY_TYPE[type(outcome)] = (cls, tuple(cls.__dataclass_fields__))
     cls, names = found
-    return cls(*[getattr(outcome, name) for name in names])
+    # The fields set in one step (what the frozen dataclass's __init__ does
+    # one `object.__setattr__` at a time); the variants have no
+    # `__post_init__`.
+    made = object.__new__(cls)
+    made.__dict__.update([(name, getattr(outcome, name)) for name in names])
+    return made
 
 
 def recovery_from_ffi(recovery: Any) -> Recovery:

@@ -77,7 +77,10 @@ class ToolRequest:
 
     @classmethod
     def _from_ffi(cls, request: Any) -> "ToolRequest":
-        return cls(
+        # Every call's path: the fields set in one step (what the frozen
+        # dataclass's __init__ does one `object.__setattr__` at a time).
+        made = object.__new__(cls)
+        made.__dict__.update(
             execution_id=request.execution_id,
             downstream_key=request.downstream_key,
             tool_name=request.tool_name,
@@ -86,6 +89,7 @@ class ToolRequest:
             item_index=request.item_index,
             external_id=request.external_id,
         )
+        return made
 
 
 @dataclass(frozen=True)
@@ -348,13 +352,20 @@ def outcome_of_value(name: str, value: Any) -> Any:
     """The library's `PerformOutcome` for what a tool's `perform` returned."""
     if isinstance(value, JobStarted):
         return _ffi.PerformOutcome.JOB_STARTED(job_id=value.job_id)
-    committed = value if isinstance(value, Committed) else Committed(value)
+    external_id = None
     try:
-        text = committed._json()
+        if isinstance(value, Committed):
+            text = value._json()
+            external_id = value.external_id
+        else:  # a plain value: what `Committed(value)._json()` gives
+            text = _dumps(value)
     except (TypeError, ValueError) as e:
         log.error("tool %s returned a result that is not JSON: %s", name, type(e).__name__)
         return _ffi.PerformOutcome.UNKNOWN(reason="the tool's result is not JSON-serializable")
-    return _ffi.PerformOutcome.COMMITTED(result_json=text, external_id=committed.external_id)
+    return _ffi.PerformOutcome.COMMITTED(result_json=text, external_id=external_id)
+
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def outcome_of_error(name: str, error: Exception) -> Any:

@@ -5,6 +5,7 @@ and the MCP adapter's correlation metadata reaches the server and the
 result."""
 
 import asyncio
+import json
 import uuid
 
 import pytest
@@ -186,3 +187,8 @@ def test_mcp_correlation_metadata_reaches_the_server_and_the_result(runtime):
     assert not first.replayed and again.replayed
     assert again.jsonrpc_id == first.jsonrpc_id
     assert again.result.content[0].text == first.result.content[0].text == "sent 1"
+    # The first is the session's own result (the ledger committed exactly its
+    # text), the replay is read back from the ledger: the same result.
+    assert again.result == first.result
+    stored = json.loads(runtime.ledger.get(first.execution_id).result_json)
+    assert stored["result"] == first.result.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -195,19 +195,21 @@ def _json(value: Any) -> str:
 
 
 def _request(native: Any) -> tl.ToolRequest:
-    return tl.ToolRequest(
-        execution_id=native.execution_id,
-        downstream_key=native.downstream_key,
-        tool_name=native.tool_name,
-        arguments_json=native.arguments_json,
-        attempt=native.attempt,
-        item_index=native.item_index,
-        external_id=native.external_id,
-    )
+    return tl.ToolRequest._from_ffi(native)
+
+
+class _JsonText(str):
+    """A tool's value already serialised to JSON text by the adapter (which
+    keeps the text, to recognise its own result in the call's outcome):
+    recorded as it is."""
+
+    __slots__ = ()
 
 
 def _performed(name: str, value: Any) -> Any:
     """The library's ``PerformOutcome`` for what a wrapped tool returned."""
+    if type(value) is _JsonText:
+        return _ffi.PerformOutcome.COMMITTED(result_json=str(value), external_id=None)
     try:
         text = _json(value)
     except (TypeError, ValueError) as e:

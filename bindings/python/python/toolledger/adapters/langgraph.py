@@ -44,7 +44,7 @@ from typing import Any, Callable, Optional
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
-from pydantic import ConfigDict
+from pydantic import ConfigDict, PrivateAttr
 
 from ._core import Downstream, LedgerRuntime, ToolSpec, current_call  # noqa: F401
 
@@ -102,6 +102,10 @@ class LedgerTool(BaseTool):
 
     inner: BaseTool
     runtime: Any
+    # The names of the arguments the model sends (`_arguments`), read from
+    # the inner tool's schema once: building that schema costs more than
+    # the rest of a call's identity.
+    _model_arguments: Optional[frozenset] = PrivateAttr(default=None)
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - invoke is overridden
         raise NotImplementedError("LedgerTool runs through invoke()")
@@ -127,11 +131,14 @@ class LedgerTool(BaseTool):
     def _arguments(self, args: dict) -> str:
         # What the model sent: injected arguments (state, store, runtime) are
         # not part of the call's identity.
-        schema = self.inner.tool_call_schema
-        if isinstance(schema, dict):
-            names = set((schema.get("properties") or {}).keys())
-        else:
-            names = set(schema.model_fields)
+        names = self._model_arguments
+        if names is None:
+            schema = self.inner.tool_call_schema
+            if isinstance(schema, dict):
+                names = frozenset((schema.get("properties") or {}).keys())
+            else:
+                names = frozenset(schema.model_fields)
+            self._model_arguments = names
         return json.dumps({k: v for k, v in args.items() if k in names}, sort_keys=True)
 
     # -- calls ------------------------------------------------------------

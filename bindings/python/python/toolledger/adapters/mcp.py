@@ -45,7 +45,7 @@ from mcp import ClientSession
 from mcp.types import CallToolResult
 
 from ..outcomes import redacted_repr
-from ._core import Downstream, LedgerRuntime, ToolSpec, current_call  # noqa: F401
+from ._core import Downstream, LedgerRuntime, ToolSpec, _json, _JsonText, current_call  # noqa: F401
 
 TESTED_VERSIONS = {"mcp": "2.3.0"}
 
@@ -172,20 +172,34 @@ class MCPLedger:
         spec_name = self.ledger_name(name)
         user_meta = kwargs.pop("meta", None) or {}
 
+        # What this call's own request got back, and the JSON text recorded
+        # for it: when the call's outcome is that text, byte for byte, the
+        # result is handed back as the session returned it (no second
+        # conversion); any other outcome (a replay, another attempt's
+        # result) is read from what the ledger stored.
+        sent: list = []
+
         async def body():
             call = current_call()
             meta = dict(user_meta)
             meta[META_EXECUTION_ID] = call.execution_id
             meta[META_IDEMPOTENCY_KEY] = call.downstream_key
             result = await session.call_tool(name, arguments, meta=meta, **kwargs)
-            return {
+            jsonrpc_id = self._jsonrpc_ids.pop(call.execution_id, None)
+            text = _JsonText(_json({
                 "result": result.model_dump(mode="json", by_alias=True, exclude_none=True),
-                "jsonrpc_id": self._jsonrpc_ids.pop(call.execution_id, None),
-            }
+                "jsonrpc_id": jsonrpc_id,
+            }))
+            sent[:] = [text, result, jsonrpc_id]
+            return text
 
         done = await self.runtime.acall(
             operation_id, round, call_id, spec_name, json.dumps(arguments), body
         )
+        if sent and not done.replayed and done.result_json == sent[0]:
+            return LedgerToolResult(
+                result=sent[1], execution_id=done.execution_id, replayed=False, jsonrpc_id=sent[2],
+            )
         stored = json.loads(done.result_json)
         return LedgerToolResult(
             result=CallToolResult.model_validate(stored["result"]),
