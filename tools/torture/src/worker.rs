@@ -273,11 +273,11 @@ impl App {
                 (n, other) => return Err(format!("webhook delivery {n} of {id}: {other:?}")),
             }
         }
+        // Live: the storm may suspend the ledger between the webhook and
+        // this read; wait it out like every other step.
         let rec = self
-            .exec
-            .ledger()
-            .get(id)
-            .map_err(|e| e.to_string())?
+            .retry(|| self.exec.ledger().get(id))
+            .map_err(|e| format!("read job {id}: {e}"))?
             .ok_or("job execution vanished")?;
         match (rec.status.is_committed(), rec.result_json) {
             (true, Some(result_json)) => Ok(CallOutcome::Completed {
