@@ -1,7 +1,7 @@
 """Per-call cost of a no-op side-effecting tool in each framework, with and
 without the toolledger adapter, measured in one run.
 
-    python bindings/python/bench/adapters_overhead.py [--calls N] [--rounds R] [--dir DIR]
+    python bindings/python/bench/adapters_overhead.py [--calls 1000] [--rounds 50] [--dir DIR]
 
 For each framework the tool is called the way the framework calls it
 (LangGraph: ``tool.invoke(tool_call, config)`` as ``ToolNode`` does; OpenAI
@@ -279,12 +279,12 @@ async def run(args, runtime) -> bool:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--calls", type=int, default=600, help="calls per variant and framework, over all rounds")
-    p.add_argument("--rounds", type=int, default=None, help="rounds (default: calls / 10, at least 10)")
+    p.add_argument("--calls", type=int, default=1000, help="calls per variant and framework, over all rounds")
+    p.add_argument("--rounds", type=int, default=None, help="rounds (default: calls / 20, at least 10)")
     p.add_argument("--dir", default=None)
     args = p.parse_args()
     if args.rounds is None:
-        args.rounds = max(args.calls // 10, 10)
+        args.rounds = max(args.calls // 20, 10)
     workdir = args.dir or tempfile.mkdtemp(prefix="toolledger-bench-", dir=os.getcwd())
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, f"ledger-{uuid.uuid4().hex[:8]}.db")
