@@ -164,7 +164,7 @@ def test_mcp_correlation_metadata_reaches_the_server_and_the_result(runtime):
         meta = ctx.request_context.meta
         extra = meta if isinstance(meta, dict) else (meta.model_extra or {})
         seen.append((ctx.request_id, extra.get(META_EXECUTION_ID), extra.get(META_IDEMPOTENCY_KEY)))
-        return f"sent {len(seen)}"
+        return f"sent {len(seen)} ✓"  # not ASCII: stored as UTF-8, read back the same
 
     ledger_mcp = MCPLedger(runtime, server="mail")
     ledger_mcp.tool("send_email", downstream=Downstream.KEY)
@@ -186,7 +186,7 @@ def test_mcp_correlation_metadata_reaches_the_server_and_the_result(runtime):
     assert str(first.jsonrpc_id) == str(request_id)
     assert not first.replayed and again.replayed
     assert again.jsonrpc_id == first.jsonrpc_id
-    assert again.result.content[0].text == first.result.content[0].text == "sent 1"
+    assert again.result.content[0].text == first.result.content[0].text == "sent 1 ✓"
     # The first is the session's own result (the ledger committed exactly its
     # text), the replay is read back from the ledger: the same result.
     assert again.result == first.result

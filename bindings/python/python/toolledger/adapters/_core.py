@@ -44,7 +44,7 @@ from toolledger import _driven
 from toolledger import ffi as _ffi
 from toolledger import outcomes as _outcomes
 from toolledger._loop import bridge_loop as _bridge_loop
-from toolledger.errors import translated as _translated
+from toolledger.errors import translate as _translate
 
 log = logging.getLogger("toolledger.adapters")
 
@@ -190,8 +190,15 @@ class ToolSpec:
         )
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+# ``json.dumps(value, separators=(",", ":"))``, without building a new
+# encoder for every call (what ``json.dumps`` does for any non-default
+# option). The same text.
+_json = json.JSONEncoder(separators=(",", ":")).encode
+
+# The errors of the generated module, re-raised as ``toolledger.Error``s
+# (what ``toolledger.errors.translated()`` does, without a context manager
+# per call).
+_LIBRARY_ERRORS = (_ffi.LedgerError, _ffi.InternalError)
 
 
 def _request(native: Any) -> tl.ToolRequest:
@@ -334,9 +341,11 @@ class LedgerRuntime:
                 _CURRENT.reset(token)
             return _found(found)
 
-        with _translated():
+        try:
             step = native.start(operation_id, round_, tl.ToolCall(call_id, tool_name, arguments_json))
             outcome = _driven.run(native, step, perform, lookup)
+        except _LIBRARY_ERRORS as e:
+            raise _translate(e) from e
         return result_of(_outcomes.from_ffi(outcome))
 
     async def acall(self, operation_id: str, round_: int, call_id: str, tool_name: str, arguments_json: str,
@@ -371,9 +380,11 @@ class LedgerRuntime:
                 _CURRENT.reset(token)
             return _found(found)
 
-        with _translated():
+        try:
             step = native.start(operation_id, round_, tl.ToolCall(call_id, tool_name, arguments_json))
             outcome = await _driven.arun(native, step, perform, lookup)
+        except _LIBRARY_ERRORS as e:
+            raise _translate(e) from e
         return result_of(_outcomes.from_ffi(outcome))
 
     def _sync_loop(self) -> asyncio.AbstractEventLoop:

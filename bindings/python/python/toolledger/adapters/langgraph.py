@@ -32,8 +32,11 @@ with ``lookup=`` a function ``(args, call) -> result | None``).
 
 What is handed back: a ``ToolMessage`` with the tool's content (``content``,
 ``status`` and a JSON-able ``artifact`` are stored; on a replay the stored
-ones come back). An unknown outcome raises :class:`OutcomeUnknown` out of the
-graph (``ToolNode``'s default error handling re-raises it): nothing is resent.
+ones come back). The call that ran the tool gets the tool's own
+``ToolMessage`` (what the graph gets without the ledger) when the ledger
+committed exactly what it made of it. An unknown outcome raises
+:class:`OutcomeUnknown` out of the graph (``ToolNode``'s default error
+handling re-raises it): nothing is resent.
 """
 
 from __future__ import annotations
@@ -43,12 +46,19 @@ from typing import Any, Callable, Optional
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig, ensure_config
+from langchain_core.runnables.config import CONFIG_KEYS
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, PrivateAttr
 
-from ._core import Downstream, LedgerRuntime, ToolSpec, current_call  # noqa: F401
+from ._core import Downstream, LedgerRuntime, ToolSpec, _json, _JsonText, current_call  # noqa: F401
 
 TESTED_VERSIONS = {"langgraph": "1.2.22", "langchain-core": "1.8.1", "langgraph-prebuilt": "1.1.3"}
+
+_CONFIG_KEYS = frozenset(CONFIG_KEYS)
+
+# ``json.dumps(value, sort_keys=True)`` with one encoder built once: the
+# same text (a call's arguments as part of its identity).
+_sorted_json = json.JSONEncoder(sort_keys=True).encode
 
 
 def ledger_tool(
@@ -113,8 +123,7 @@ class LedgerTool(BaseTool):
     # -- identity ---------------------------------------------------------
 
     def _identity(self, call: dict, config: RunnableConfig) -> tuple[str, int, str, str]:
-        configurable = config.get("configurable") or {}
-        metadata = config.get("metadata") or {}
+        configurable, metadata = _identity_sources(config)
         thread_id = configurable.get("thread_id")
         step = metadata.get("langgraph_step")
         call_id = call.get("id")
@@ -139,35 +148,50 @@ class LedgerTool(BaseTool):
             else:
                 names = frozenset(schema.model_fields)
             self._model_arguments = names
-        return json.dumps({k: v for k, v in args.items() if k in names}, sort_keys=True)
+        if not names.issuperset(args):
+            args = {k: v for k, v in args.items() if k in names}
+        return _sorted_json(args)
 
     # -- calls ------------------------------------------------------------
 
     def invoke(self, input: Any, config: Optional[RunnableConfig] = None, **kwargs: Any) -> Any:
-        call, config = self._as_call(input, config)
+        call = self._as_call(input)
         operation, step, call_id, arguments = self._identity(call, config)
-        done = self.runtime.call(
-            operation, step, call_id, self.name, arguments,
-            lambda: _stored(self.inner.invoke(input, config, **kwargs), call_id),
-        )
-        return self._message(done, call_id)
+        produced: list = []
+
+        def body():
+            output = self.inner.invoke(input, config, **kwargs)
+            return _recorded(output, call_id, produced)
+
+        done = self.runtime.call(operation, step, call_id, self.name, arguments, body)
+        return self._message(done, call_id, produced)
 
     async def ainvoke(self, input: Any, config: Optional[RunnableConfig] = None, **kwargs: Any) -> Any:
-        call, config = self._as_call(input, config)
+        call = self._as_call(input)
         operation, step, call_id, arguments = self._identity(call, config)
+        produced: list = []
 
         async def body():
-            return _stored(await self.inner.ainvoke(input, config, **kwargs), call_id)
+            output = await self.inner.ainvoke(input, config, **kwargs)
+            return _recorded(output, call_id, produced)
 
         done = await self.runtime.acall(operation, step, call_id, self.name, arguments, body)
-        return self._message(done, call_id)
+        return self._message(done, call_id, produced)
 
-    def _as_call(self, input: Any, config: Optional[RunnableConfig]) -> tuple[dict, RunnableConfig]:
+    def _as_call(self, input: Any) -> dict:
         if not (isinstance(input, dict) and input.get("type") == "tool_call"):
             raise ValueError(f"{self.name}: invoke a ledger tool with a tool call (ToolNode does)")
-        return input, ensure_config(config)
+        return input
 
-    def _message(self, done, call_id: str) -> ToolMessage:
+    def _message(self, done, call_id: str, produced: list) -> ToolMessage:
+        # The tool's own message when this call ran it and the ledger
+        # committed exactly its text (what the graph gets without the
+        # ledger); otherwise — a replay, another attempt's result — the
+        # message is made from what the ledger stored.
+        if produced and not done.replayed and done.result_json == produced[0]:
+            output = produced[1]
+            if type(output) is ToolMessage and output.tool_call_id == call_id and output.name == self.name:
+                return output
         stored = json.loads(done.result_json)
         return ToolMessage(
             content=stored["content"],
@@ -176,6 +200,37 @@ class LedgerTool(BaseTool):
             tool_call_id=call_id,
             name=self.name,
         )
+
+
+def _recorded(output: Any, call_id: str, produced: list) -> Any:
+    """What the ledger records for ``output``: its JSON text, kept in
+    ``produced`` with the output (to recognise it in the call's outcome),
+    or, when it is not JSON, the stored form for the core to refuse."""
+    stored = _stored(output, call_id)
+    try:
+        text = _JsonText(_json(stored))
+    except (TypeError, ValueError):
+        return stored
+    produced[:] = [text, output]
+    return text
+
+
+def _identity_sources(config: Optional[RunnableConfig]) -> tuple[dict, dict]:
+    """``configurable`` and ``metadata`` as ``ensure_config(config)`` gives
+    them (it merges the config of the node running now, from a context
+    variable, under the one passed).
+
+    Read straight from ``config`` when that is what ``ensure_config`` would
+    give: both present as dicts (a key set replaces the context's wholesale)
+    and no key outside the config keys (those would be moved into
+    ``configurable``). ``ToolNode`` passes such a config."""
+    if config is not None:
+        configurable = config.get("configurable")
+        metadata = config.get("metadata")
+        if type(configurable) is dict and type(metadata) is dict and _CONFIG_KEYS.issuperset(config):
+            return configurable, metadata
+    ensured = ensure_config(config)
+    return ensured.get("configurable") or {}, ensured.get("metadata") or {}
 
 
 def _stored(output: Any, call_id: Optional[str]) -> dict:

@@ -186,10 +186,12 @@ class MCPLedger:
             meta[META_IDEMPOTENCY_KEY] = call.downstream_key
             result = await session.call_tool(name, arguments, meta=meta, **kwargs)
             jsonrpc_id = self._jsonrpc_ids.pop(call.execution_id, None)
-            text = _JsonText(_json({
-                "result": result.model_dump(mode="json", by_alias=True, exclude_none=True),
-                "jsonrpc_id": jsonrpc_id,
-            }))
+            # {"result": <the result as MCP writes it>, "jsonrpc_id": <id>},
+            # the result serialised by pydantic in one step.
+            text = _JsonText(
+                '{"result":' + result.model_dump_json(by_alias=True, exclude_none=True)
+                + ',"jsonrpc_id":' + _json(jsonrpc_id) + "}"
+            )
             sent[:] = [text, result, jsonrpc_id]
             return text
 

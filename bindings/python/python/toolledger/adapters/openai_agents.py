@@ -57,7 +57,9 @@ from agents.usage import Usage
 from openai.types.responses import ResponseOutputItem
 from pydantic import TypeAdapter
 
-from ._core import CallNotExecuted, Downstream, LedgerRuntime, OutcomeUnknown, ToolSpec, current_call  # noqa: F401
+from ._core import (  # noqa: F401
+    CallNotExecuted, Downstream, LedgerRuntime, OutcomeUnknown, ToolSpec, _json, _JsonText, current_call,
+)
 
 TESTED_VERSIONS = {"openai-agents": "0.24.0", "openai": "3.57.0"}
 
@@ -130,13 +132,18 @@ class AgentsLedger:
 
         async def on_invoke_tool(ctx, arguments: str) -> Any:
             scope = _scope(tool.name)
+            produced: list = []
 
             async def body():
-                return _stored_output(await inner(ctx, arguments))
+                return _recorded_output(await inner(ctx, arguments), produced)
 
             done = await runtime.acall(
                 operation(scope.run_id), scope.turn, ctx.tool_call_id, tool.name, arguments or "{}", body
             )
+            # A JSON scalar this call produced and the ledger committed as
+            # it is: handed back as it is (what parsing the text gives).
+            if produced and not done.replayed and done.result_json == produced[0]:
+                return produced[1]
             return json.loads(done.result_json)
 
         return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
@@ -194,6 +201,25 @@ def _stored_output(output: Any) -> Any:
     except (TypeError, ValueError):
         return str(output)
     return output
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _recorded_output(output: Any, produced: list) -> Any:
+    """What the ledger records for a function tool's output: its JSON text
+    (``_stored_output``'s form, serialised once). For a plain JSON scalar
+    (``str``, ``int``, ``float``, ``bool``, ``None``: what parsing its text
+    gives back unchanged) the text and the value are kept in ``produced``."""
+    if type(output) in _SCALARS:
+        text = _JsonText(_json(output))
+        produced[:] = [text, output]
+        return text
+    stored = _stored_output(output)
+    try:
+        return _JsonText(_json(stored))
+    except (TypeError, ValueError):
+        return stored
 
 
 class _LedgerModel(Model):
