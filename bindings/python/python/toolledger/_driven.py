@@ -11,7 +11,9 @@ before an attempt is handed out; a report names its attempt and a stale one
 is refused; a second caller of the same call gets ``InFlight``; a crash
 between the effect and the report is reconciled by the next ask).
 
-This module walks those steps for one call. ``perform(request)`` returns
+This module walks those steps for one call. ``native`` is the generated
+``ToolExecutor`` or anything with its caller-driven methods (the
+``Executor`` passes ``toolledger._direct.Steps``: one native call a step). ``perform(request)`` returns
 the library's ``PerformOutcome`` for what the tool did (it classifies the
 tool's own exceptions); ``lookup(request)`` returns a ``LookupOutcome`` or
 raises (a failed lookup: the outcome stays unknown). If the caller itself is
@@ -117,7 +119,12 @@ async def arun(native: Any, step: Any, perform: Callable[[Any], Awaitable[Any]],
             except BaseException:
                 _report(native, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
                 raise
-            if attempt.read_only:
+            if io is _inline:  # every call's path: no coroutine per step
+                if attempt.read_only:
+                    step = native.report(attempt, outcome)
+                else:
+                    step = native.report_attempt(request.execution_id, request.attempt, outcome)
+            elif attempt.read_only:
                 step = await io(native.report, attempt, outcome)
             else:
                 step = await io(native.report_attempt, request.execution_id, request.attempt, outcome)
