@@ -15,6 +15,7 @@ import pytest
 
 import toolledger as tl
 from toolledger import _direct, ffi
+from toolledger._native import toolledger as generated
 from tools import email_call
 from test_driven import kind, sending
 
@@ -210,3 +211,103 @@ def test_the_perform_deadline_holds_for_a_tool_that_suspends_and_costs_nothing_f
     assert status == ffi.ExecutionStatus.OUTCOME_UNKNOWN
     assert state["runs"] == 3
 
+
+
+def generated_start_request(operation_id, round, call):
+    b = generated._UniffiRustBufferBuilder()
+    generated._UniffiFfiConverterTypeOperationId.write(operation_id, b)
+    generated._UniffiFfiConverterUInt32.write(round, b)
+    generated._UniffiFfiConverterTypeToolCall.write(call, b)
+    return bytes(b.buf)
+
+
+def test_the_hot_writer_writes_the_generated_bytes_and_leaves_other_types_to_the_generated_path():
+    calls = [
+        tl.ToolCall("c", "t", "{}"),
+        tl.ToolCall("çà_1", "tööl", '{"x":"日本"}', provider=ffi.Provider.ANTHROPIC, position=7,
+                    call_id_derived=True),
+        tl.ToolCall("c" * 300, "t", "[" + "1," * 40_000 + "1]", position=2**32 - 1),
+    ] + [tl.ToolCall("c", "t", "{}", provider=p) for p in ffi.Provider]
+    for call in calls:
+        for op, round_ in (("op_1", 0), ("ópé", 2**32 - 1), ("", 5)):
+            assert _direct._start_request(op, round_, call) == generated_start_request(op, round_, call)
+
+    class Text(str):
+        pass
+
+    # Not the usual types: left to the generated converters (which check them).
+    assert _direct._start_request(Text("op"), 0, calls[0]) is None
+    assert _direct._start_request("op", -1, calls[0]) is None
+    assert _direct._start_request("op", 2**32, calls[0]) is None
+    assert _direct._start_request("op", True, calls[0]) is None
+    odd = tl.ToolCall("c", "t", "{}")
+    odd.position = -1
+    assert _direct._start_request("op", 0, odd) is None
+    odd = tl.ToolCall("c", "t", "{}")
+    odd.provider = 6
+    assert _direct._start_request("op", 0, odd) is None
+
+
+def test_the_hot_reader_reads_what_the_generated_reader_reads():
+    cases = [
+        ffi.CallOutcome.COMPLETED("ex_1", '{"a":1}', None, True, False),
+        ffi.CallOutcome.COMPLETED("ex_é", '"日本"', "ext_9", False, True),
+        ffi.CallOutcome.COMPLETED("e" * 70_000, "", "", True, True),
+    ]
+    for outcome in cases:
+        b = generated._UniffiRustBufferBuilder()
+        generated._UniffiFfiConverterTypeCallerStep.write(ffi.CallerStep.DONE(outcome), b)
+        data = bytes(b.buf)
+        assert data.startswith(_direct._DONE_COMPLETED)
+        made = _direct._completed(data)
+        assert type(made) is tl.Completed
+        assert made == tl.outcomes.from_ffi(outcome)
+        # Cut short or with junk after it: not read here (the generated
+        # reader refuses it).
+        assert _direct._completed(data[:-1]) is None
+        assert _direct._completed(data + b"\0") is None
+        with pytest.raises(ffi.InternalError):
+            _direct._answer(_direct._OK, data + b"\0")
+    b = generated._UniffiRustBufferBuilder()
+    generated._UniffiFfiConverterTypeCallerStep.write(ffi.CallerStep.DONE(ffi.CallOutcome.REJECTED("ex_1")), b)
+    assert not bytes(b.buf).startswith(_direct._DONE_COMPLETED)
+
+
+def test_the_hot_report_writer_writes_the_generated_bytes():
+    def generated_request(execution_id, attempt, outcome):
+        b = generated._UniffiRustBufferBuilder()
+        generated._UniffiFfiConverterTypeExecutionId.write(execution_id, b)
+        generated._UniffiFfiConverterUInt32.write(attempt, b)
+        generated._UniffiFfiConverterTypePerformOutcome.write(outcome, b)
+        return bytes(b.buf)
+
+    for eid, attempt, outcome in [
+        ("ex_1", 1, ffi.PerformOutcome.COMMITTED('"ok"', None)),
+        ("ex_é", 2**32 - 1, ffi.PerformOutcome.COMMITTED('{"a":"日本"}', "ext_ü")),
+        ("e" * 500, 3, ffi.PerformOutcome.COMMITTED("x" * 100_000, "")),
+    ]:
+        assert _direct._report_request(eid, attempt, outcome) == generated_request(eid, attempt, outcome)
+    # Other variants and types: the generated path.
+    assert _direct._report_request("ex_1", 1, ffi.PerformOutcome.UNKNOWN("timed out")) is None
+    assert _direct._report_request("ex_1", -1, ffi.PerformOutcome.COMMITTED("1", None)) is None
+    assert _direct._report_request("ex_1", 1, ffi.PerformOutcome.COMMITTED(b"1", None)) is None
+
+
+def test_a_report_through_the_fast_path_settles_as_the_generated_one_does(ledger_path, downstream):
+    tool, _ = sending(downstream, key=True, lookup=False)
+    with tl.Ledger.open(ledger_path) as ledger:
+        executor = tl.Executor(ledger, tools=[tool])
+        steps = executor._steps
+        results = []
+        for n, settle in enumerate([executor.native.report_attempt, steps.settle_attempt]):
+            request = steps.start("op_1", 0, email_call(f"c_{n}")).attempt.request
+            done = settle(request.execution_id, 1, ffi.PerformOutcome.COMMITTED('{"n":1}', "ext_1"))
+            results.append(tl.outcomes.from_ffi(done.outcome if kind(done) == "DONE" else done))
+            # A foreign token: the same exception type on both.
+            with pytest.raises(ffi.LedgerError.InvalidInput):
+                settle(request.execution_id, 7, ffi.PerformOutcome.COMMITTED("1", None))
+            assert ledger.get(request.execution_id).result_json == '{"n":1}'
+        generated_done, direct_done = results
+        assert type(direct_done) is tl.Completed
+        assert (direct_done.result_json, direct_done.external_id, direct_done.replayed) == (
+            generated_done.result_json, generated_done.external_id, generated_done.replayed) == ('{"n":1}', "ext_1", False)

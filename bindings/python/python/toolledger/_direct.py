@@ -35,6 +35,7 @@ import struct
 import threading
 from typing import Any
 
+from . import outcomes
 from ._native import toolledger as _ffi
 
 # ffi/src/direct.rs
@@ -116,9 +117,8 @@ def _buffer(size: int) -> _Buffer:
     return made
 
 
-def _call(native: Any, step: int, request: Any) -> Any:
-    """Runs one step: the answer (a generated `CallerStep`), or raises the
-    step's `LedgerError` / an `InternalError`."""
+def _exchange(native: Any, step: int, request: Any) -> Any:
+    """Runs one step: (the answer's code, its bytes)."""
     size = len(request)
     buf = _buffer(_HEADER + size)
     mem = buf.mem
@@ -134,7 +134,13 @@ def _call(native: Any, step: int, request: Any) -> Any:
     length = _length(mem, 0)[0]
     if length > buf.capacity - _HEADER:
         raise _ffi.InternalError(f"toolledger_direct_step: answer length {length}")
-    data = bytes(mem[_HEADER:_HEADER + length])
+    return code, bytes(mem[_HEADER:_HEADER + length])
+
+
+def _answer(code: int, data: bytes) -> Any:
+    """The generated `CallerStep` an answer holds, or raises the step's
+    `LedgerError` / an `InternalError`."""
+    length = len(data)
     stream = _Stream(data, length)
     if code == _OK:
         value = _CallerStep.read(stream)
@@ -148,6 +154,144 @@ def _call(native: Any, step: int, request: Any) -> Any:
     raise _ffi.InternalError(f"toolledger_direct_step: unknown answer code {code}")
 
 
+def _call(native: Any, step: int, request: Any) -> Any:
+    return _answer(*_exchange(native, step, request))
+
+
+# The hot path's own writer and reader, for the usual field types: the same
+# bytes as the generated converters (tests/test_direct.py compares them),
+# without a converter call per field. Anything else (a str subclass, an
+# out-of-range number, another variant) goes through the generated code.
+_i32 = struct.Struct(">i")
+_pack_i32 = _i32.pack
+_unpack_i32 = _i32.unpack_from
+_pack_u32 = struct.Struct(">I").pack
+
+
+def _written(write: Any, value: Any) -> bytes:
+    b = _Builder()
+    write(value, b)
+    return bytes(b.buf)
+
+
+_PROVIDERS = {p: _written(_ffi._UniffiFfiConverterTypeProvider.write, p) for p in _ffi.Provider}
+_FLAGS = {v: _written(_ffi._UniffiFfiConverterBoolean.write, v) for v in (False, True)}
+_U32_MAX = 0xFFFFFFFF
+# `CallerStep.DONE` holding `CallOutcome.COMPLETED`: the two tags.
+_DONE_COMPLETED = _pack_i32(4) + _pack_i32(1)
+
+
+def _start_request(operation_id: Any, round: Any, call: Any) -> Any:
+    """`start`'s request, or None when a field is not of the usual type."""
+    provider = _PROVIDERS.get(call.provider)
+    derived = _FLAGS.get(call.call_id_derived)
+    position = call.position
+    call_id = call.call_id
+    tool_name = call.tool_name
+    arguments = call.arguments
+    if (provider is None or derived is None
+            or type(operation_id) is not str or type(call_id) is not str
+            or type(tool_name) is not str or type(arguments) is not str
+            or type(round) is not int or not 0 <= round <= _U32_MAX
+            or type(position) is not int or not 0 <= position <= _U32_MAX):
+        return None
+    op = operation_id.encode("utf-8")
+    cid = call_id.encode("utf-8")
+    name = tool_name.encode("utf-8")
+    args = arguments.encode("utf-8")
+    return b"".join((
+        _pack_i32(len(op)), op, _pack_u32(round), provider,
+        _pack_i32(len(cid)), cid, _pack_i32(len(name)), name, _pack_i32(len(args)), args,
+        _pack_u32(position), derived,
+    ))
+
+
+def _completed(data: bytes) -> Any:
+    """The `Completed` outcome of a `DONE(COMPLETED)` answer, or None if it
+    is not exactly one (the generated reader then reads it, or refuses it)."""
+    end = len(data)
+    try:
+        off = 8
+        n = _unpack_i32(data, off)[0]
+        off += 4
+        if n < 0 or off + n > end:
+            return None
+        execution_id = data[off:off + n].decode("utf-8")
+        off += n
+        n = _unpack_i32(data, off)[0]
+        off += 4
+        if n < 0 or off + n > end:
+            return None
+        result_json = data[off:off + n].decode("utf-8")
+        off += n
+        flag = data[off]
+        off += 1
+        external_id = None
+        if flag == 1:
+            n = _unpack_i32(data, off)[0]
+            off += 4
+            if n < 0 or off + n > end:
+                return None
+            external_id = data[off:off + n].decode("utf-8")
+            off += n
+        elif flag != 0:
+            return None
+        replayed = data[off] != 0
+        partial = data[off + 1] != 0
+        off += 2
+    except (IndexError, struct.error, UnicodeDecodeError):
+        return None
+    if off != end:
+        return None
+    made = object.__new__(outcomes.Completed)
+    made.__dict__.update(execution_id=execution_id, result_json=result_json, external_id=external_id,
+                         replayed=replayed, partial=partial)
+    return made
+
+
+_COMMITTED = _ffi.PerformOutcome.COMMITTED
+# `PerformOutcome.COMMITTED`'s tag; an absent and a present optional string's flag.
+_COMMITTED_TAG = _written(_Perform.write, _COMMITTED(result_json="", external_id=None))[:4]
+_ABSENT = _written(_ffi._UniffiFfiConverterOptionalString.write, None)
+_PRESENT = _written(_ffi._UniffiFfiConverterOptionalString.write, "")[:1]
+
+
+def _report_request(execution_id: Any, attempt: Any, outcome: Any) -> Any:
+    """`report_attempt`'s request for a `COMMITTED` outcome, or None when it
+    is another variant or a field is not of the usual type."""
+    if type(outcome) is not _COMMITTED:
+        return None
+    result_json = outcome.result_json
+    external_id = outcome.external_id
+    if (type(execution_id) is not str or type(result_json) is not str
+            or type(attempt) is not int or not 0 <= attempt <= _U32_MAX):
+        return None
+    if external_id is None:
+        tail = _ABSENT
+    elif type(external_id) is str:
+        ext = external_id.encode("utf-8")
+        tail = _PRESENT + _pack_i32(len(ext)) + ext
+    else:
+        return None
+    eid = execution_id.encode("utf-8")
+    result = result_json.encode("utf-8")
+    return b"".join((
+        _pack_i32(len(eid)), eid, _pack_u32(attempt), _COMMITTED_TAG, _pack_i32(len(result)), result, tail,
+    ))
+
+
+def _finished(code: int, data: bytes) -> Any:
+    """An answer as `begin` / `settle_attempt` give it."""
+    if code == _OK and data.startswith(_DONE_COMPLETED):
+        made = _completed(data)
+        if made is not None:
+            return made
+    return _settled(_answer(code, data))
+
+
+_DONE = _ffi.CallerStep.DONE
+
+
 class Steps:
     """The caller-driven methods of one generated `ToolExecutor`, one native
     call each (same names, arguments, answers and errors)."""
@@ -156,6 +300,24 @@ class Steps:
 
     def __init__(self, native: Any) -> None:
         self.native = native
+
+    def begin(self, operation_id: str, round: int, call: Any) -> Any:
+        """`start` for the `Executor`: a finished call (a replay, ...) comes
+        back as its `toolledger.CallOutcome`, anything else as the generated
+        `CallerStep`."""
+        request = _start_request(operation_id, round, call)
+        if request is None:
+            return _settled(self.start(operation_id, round, call))
+        return _finished(*_exchange(self.native, _STEP_START, request))
+
+    def settle_attempt(self, execution_id: str, attempt: int, outcome: Any) -> Any:
+        """`report_attempt` for `toolledger._driven`: a finished call comes
+        back as its `toolledger.CallOutcome`, anything else as the generated
+        `CallerStep`."""
+        request = _report_request(execution_id, attempt, outcome)
+        if request is None:
+            return _settled(self.report_attempt(execution_id, attempt, outcome))
+        return _finished(*_exchange(self.native, _STEP_REPORT_ATTEMPT, request))
 
     def start(self, operation_id: str, round: int, call: Any) -> Any:
         _OperationId.check_lower(operation_id)
@@ -206,3 +368,7 @@ class Steps:
         b = _Builder()
         _Attempt.write(attempt, b)
         return _call(self.native, _STEP_RETRY, b.buf)
+
+
+def _settled(step: Any) -> Any:
+    return outcomes.from_ffi(step.outcome) if type(step) is _DONE else step

@@ -406,9 +406,9 @@ class Executor:
                 outcome = await native.execute(operation_id, round, call)
             else:
                 steps = self._driven_steps()
-                step = steps.start(operation_id, round, call)
-                if type(step) is _DONE:  # a replay (or an answer without a run): nothing to await
-                    return outcomes.from_ffi(step.outcome)
+                step = steps.begin(operation_id, round, call)
+                if isinstance(step, outcomes.CallOutcome):  # a replay, ...: nothing to await
+                    return step
                 outcome = await _driven.arun(
                     steps, step,
                     functools.partial(self._aperform, tool), functools.partial(self._alookup, tool))
@@ -431,9 +431,9 @@ class Executor:
         tool = self._own[name]
         steps = self._driven_steps()
         try:
-            step = steps.start(operation_id, round, call)
-            if type(step) is _DONE:  # a replay (or an answer without a run)
-                return outcomes.from_ffi(step.outcome)
+            step = steps.begin(operation_id, round, call)
+            if isinstance(step, outcomes.CallOutcome):  # a replay, ...
+                return step
             outcome = _driven.run(
                 steps, step,
                 functools.partial(self._perform, tool), functools.partial(self._lookup, tool))
@@ -546,9 +546,6 @@ class Executor:
         """Applies a background job's state obtained by polling."""
         with translated():
             return self.native.record_job_update(execution_id, update)
-
-
-_DONE = _ffi.CallerStep.DONE
 
 
 async def _bounded(aw: Any, timeout: Optional[float]) -> Any:
