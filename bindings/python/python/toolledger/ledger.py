@@ -331,7 +331,10 @@ class Executor:
     hop to the library's threads and back, the task's context variables
     seen by the tool. Each step is a short SQLite transaction run on the
     loop's thread (one durable commit before the tool runs, one after), as
-    `execute_sync` runs them on the caller's thread. `execute_round`,
+    `execute_sync` runs them on the caller's thread, and one native call
+    (`toolledger._direct`); a replay is answered by the first step, with
+    nothing awaited. An `async def` tool's deadline (`perform_timeout_ms`)
+    is armed only if the tool suspends, counted from its start. `execute_round`,
     `approve`, `run_existing`, `recover`, `resolve_unknown` and
     `compensate`, and raw `ToolHandler`s, go through the library's async
     executor, which calls the tools back.
