@@ -120,7 +120,9 @@ def _buffer(size: int) -> _Buffer:
 def _exchange(native: Any, step: int, request: Any) -> Any:
     """Runs one step: (the answer's code, its bytes)."""
     size = len(request)
-    buf = _buffer(_HEADER + size)
+    buf = getattr(_local, "buf", None)
+    if buf is None or _HEADER + size > buf.capacity:
+        buf = _buffer(_HEADER + size)
     mem = buf.mem
     mem[_HEADER:_HEADER + size] = request
     # `native` (a local here) keeps the borrowed handle alive during the call.
@@ -308,7 +310,12 @@ class Steps:
         request = _start_request(operation_id, round, call)
         if request is None:
             return _settled(self.start(operation_id, round, call))
-        return _finished(*_exchange(self.native, _STEP_START, request))
+        code, data = _exchange(self.native, _STEP_START, request)
+        if code == _OK and data.startswith(_DONE_COMPLETED):
+            made = _completed(data)
+            if made is not None:
+                return made
+        return _settled(_answer(code, data))
 
     def settle_attempt(self, execution_id: str, attempt: int, outcome: Any) -> Any:
         """`report_attempt` for `toolledger._driven`: a finished call comes
