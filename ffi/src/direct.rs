@@ -22,6 +22,11 @@
 //! length in the header; the caller makes a buffer large enough and calls
 //! [`toolledger_direct_take`] on the same thread. Nothing runs twice.
 //!
+//! [`toolledger_direct_step_borrowed`] is the same step with the object's
+//! own handle borrowed, not a clone consumed (Python's layer: no clone
+//! call per step), and [`STEP_REPORT_ATTEMPT`] reports a side-effecting
+//! attempt by its fencing token (`report_attempt`).
+//!
 //! The rules are `driven`'s, by calling its methods: this file only moves
 //! bytes. Nothing panics across the boundary (a panic becomes [`PANIC`]).
 
@@ -29,8 +34,8 @@ use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use toolledger_core::model::OperationId;
-use uniffi::{Lift, Lower};
+use toolledger_core::model::{ExecutionId, OperationId};
+use uniffi::{HandleAlloc, Lift, Lower};
 
 use super::driven::{CallerAttempt, CallerStep};
 use super::error::LedgerError;
@@ -64,6 +69,8 @@ pub const STEP_REPORT_LOOKUP: i32 = 3;
 pub const STEP_REPORT_LOOKUP_ERROR: i32 = 4;
 /// `retry(attempt)`.
 pub const STEP_RETRY: i32 = 5;
+/// `report_attempt(execution_id, attempt, outcome)`.
+pub const STEP_REPORT_ATTEMPT: i32 = 6;
 
 thread_local! {
     /// An answer that did not fit, kept for this thread's next take.
@@ -100,6 +107,51 @@ pub unsafe extern "C" fn toolledger_direct_step(
     ) else {
         return BAD_CALL;
     };
+    // SAFETY: the caller's guarantees are this function's.
+    unsafe { step_in(&executor, step, buf, capacity, input_len) }
+}
+
+/// [`toolledger_direct_step`] with a *borrowed* handle: the object's own
+/// handle (the generated object's `_handle`), not consumed, so the caller
+/// makes no clone call first (Python's layer: one crossing per step).
+///
+/// # Safety
+/// As [`toolledger_direct_step`], except that `handle` is a live
+/// `ToolExecutor` handle of this library that the caller keeps alive
+/// (holds the object) for the duration of the call.
+#[no_mangle]
+pub unsafe extern "C" fn toolledger_direct_step_borrowed(
+    handle: u64,
+    step: i32,
+    buf: u64,
+    capacity: u64,
+    input_len: u64,
+) -> i32 {
+    if handle == 0 {
+        return BAD_CALL;
+    }
+    // SAFETY: the caller keeps the handle alive during the call; `get_arc`
+    // takes a reference of its own and leaves the handle's.
+    let executor = unsafe {
+        <ToolExecutor as HandleAlloc<UniFfiTag>>::get_arc(uniffi::Handle::from_raw_unchecked(
+            handle,
+        ))
+    };
+    // SAFETY: the caller's guarantees are this function's.
+    unsafe { step_in(&executor, step, buf, capacity, input_len) }
+}
+
+/// The step of both entry points, once the executor is in hand.
+///
+/// # Safety
+/// `buf` valid for reads and writes of `capacity` bytes, as above.
+unsafe fn step_in(
+    executor: &ToolExecutor,
+    step: i32,
+    buf: u64,
+    capacity: u64,
+    input_len: u64,
+) -> i32 {
     let buf = buf as usize as *mut u8;
     let (Ok(capacity), Ok(input_len)) = (usize::try_from(capacity), usize::try_from(input_len))
     else {
@@ -111,7 +163,7 @@ pub unsafe extern "C" fn toolledger_direct_step(
     // SAFETY: the caller guarantees `buf` holds `capacity` bytes.
     let memory = unsafe { std::slice::from_raw_parts_mut(buf, capacity) };
     let request = &memory[HEADER..HEADER + input_len];
-    let (code, bytes) = match catch_unwind(AssertUnwindSafe(|| run(&executor, step, request))) {
+    let (code, bytes) = match catch_unwind(AssertUnwindSafe(|| run(executor, step, request))) {
         Ok(Ok(Ok(next))) => (OK, lowered(next)),
         Ok(Ok(Err(error))) => (ERROR, lowered(error)),
         Ok(Err(bug)) => (PANIC, bug.into_bytes()),
@@ -190,6 +242,16 @@ fn run(
             let attempt = read::<CallerAttempt>(r)?;
             done(r)?;
             executor.retry(attempt)
+        }
+        STEP_REPORT_ATTEMPT => {
+            let execution_id = match <ExecutionId as Lift<UniFfiTag>>::try_read(r) {
+                Ok(id) => id,
+                Err(e) => return Ok(Err(invalid(e))),
+            };
+            let attempt = read::<u32>(r)?;
+            let outcome = read::<PerformOutcome>(r)?;
+            done(r)?;
+            executor.report_attempt(execution_id, attempt, outcome)
         }
         other => return Err(format!("toolledger_direct_step: unknown step {other}")),
     };
@@ -387,6 +449,91 @@ mod tests {
         assert_eq!(code, BAD_CALL);
 
         // Every handle given was consumed, whatever the outcome.
+        assert_eq!(Arc::strong_count(&executor), 1);
+    }
+
+    #[test]
+    fn a_borrowed_handle_is_not_consumed_and_a_token_report_parses_its_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let executor = executor(&dir);
+        let borrowed = handle(&executor);
+        assert_eq!(Arc::strong_count(&executor), 2);
+
+        let run = |step: i32, request: &[u8]| {
+            let mut buf = vec![0u8; HEADER + 4096];
+            buf[HEADER..HEADER + request.len()].copy_from_slice(request);
+            let code = unsafe {
+                toolledger_direct_step_borrowed(
+                    borrowed,
+                    step,
+                    buf.as_mut_ptr() as u64,
+                    buf.len() as u64,
+                    request.len() as u64,
+                )
+            };
+            let len = u64::from_ne_bytes(buf[..HEADER].try_into().unwrap()) as usize;
+            (code, buf[HEADER..HEADER + len].to_vec())
+        };
+
+        // The same typed error as through the owned handle.
+        let (code, answer) = run(STEP_START, &start_request("op_1", "nobody"));
+        assert_eq!(code, ERROR);
+        assert_eq!(
+            answer,
+            lowered(LedgerError::UnknownTool {
+                name: "nobody".into()
+            })
+        );
+
+        // A token report: an id the converter refuses is its InvalidInput;
+        // a well-formed id of no execution is NotFound.
+        let token = |id: &str| {
+            let mut bytes = Vec::new();
+            <String as Lower<UniFfiTag>>::write(id.to_owned(), &mut bytes);
+            <u32 as Lower<UniFfiTag>>::write(1, &mut bytes);
+            <PerformOutcome as Lower<UniFfiTag>>::write(
+                PerformOutcome::Committed {
+                    result_json: "1".into(),
+                    external_id: None,
+                },
+                &mut bytes,
+            );
+            bytes
+        };
+        let (code, answer) = run(STEP_REPORT_ATTEMPT, &token(""));
+        assert_eq!(code, ERROR);
+        let error = <LedgerError as Lift<UniFfiTag>>::try_read(&mut answer.as_slice()).unwrap();
+        assert!(
+            matches!(error, LedgerError::InvalidInput { .. }),
+            "{error:?}"
+        );
+        let (code, answer) = run(STEP_REPORT_ATTEMPT, &token("ex_0123456789abcdef"));
+        assert_eq!(code, ERROR);
+        let error = <LedgerError as Lift<UniFfiTag>>::try_read(&mut answer.as_slice()).unwrap();
+        assert!(matches!(error, LedgerError::NotFound { .. }), "{error:?}");
+        let mut short = token("ex_0123456789abcdef");
+        short.truncate(short.len() - 1);
+        let (code, message) = run(STEP_REPORT_ATTEMPT, &short);
+        assert_eq!(code, PANIC);
+        assert!(String::from_utf8(message)
+            .unwrap()
+            .contains("malformed request"));
+
+        // A null handle: nothing runs.
+        let mut small = [0u8; 64];
+        let code = unsafe {
+            toolledger_direct_step_borrowed(0, STEP_START, small.as_mut_ptr() as u64, 64, 0)
+        };
+        assert_eq!(code, BAD_CALL);
+
+        // Borrowed every time: the handle is still the caller's.
+        assert_eq!(Arc::strong_count(&executor), 2);
+        drop(
+            <Arc<ToolExecutor> as Lift<UniFfiTag>>::try_lift(uniffi::Handle::from_raw_unchecked(
+                borrowed,
+            ))
+            .unwrap(),
+        );
         assert_eq!(Arc::strong_count(&executor), 1);
     }
 

@@ -11,7 +11,9 @@ before an attempt is handed out; a report names its attempt and a stale one
 is refused; a second caller of the same call gets ``InFlight``; a crash
 between the effect and the report is reconciled by the next ask).
 
-This module walks those steps for one call. ``perform(request)`` returns
+This module walks those steps for one call. ``native`` is the generated
+``ToolExecutor`` or anything with its caller-driven methods (the
+``Executor`` passes ``toolledger._direct.Steps``: one native call a step). ``perform(request)`` returns
 the library's ``PerformOutcome`` for what the tool did (it classifies the
 tool's own exceptions); ``lookup(request)`` returns a ``LookupOutcome`` or
 raises (a failed lookup: the outcome stays unknown). If the caller itself is
@@ -30,6 +32,7 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable
 
+from . import outcomes as _outcomes
 from ._native import toolledger as _ffi
 
 # The library bounds every call by its attempts; a walk longer than this is
@@ -59,13 +62,23 @@ def _report(native: Any, attempt: Any, outcome: Any) -> Any:
     return native.report_attempt(request.execution_id, request.attempt, outcome)
 
 
+def _settler(native: Any) -> Any:
+    # `Steps.settle_attempt` answers a finished call as the layer's outcome.
+    return getattr(native, "settle_attempt", None) or native.report_attempt
+
+
 def run(native: Any, step: Any, perform: Callable[[Any], Any], lookup: Callable[[Any], Any]) -> Any:
     """Walks one call's steps on this thread; returns the library's
-    ``CallOutcome``."""
+    ``CallOutcome`` (or, through ``Steps``, the layer's ``CallOutcome``
+    for a side-effecting report that finished the call: ``outcomes.from_ffi``
+    takes either)."""
+    settle = _settler(native)
     for _ in range(_MAX_STEPS):
         kind = type(step)
         if kind is _DONE:
             return step.outcome
+        if isinstance(step, _outcomes.CallOutcome):
+            return step
         attempt = step.attempt
         if kind is _PERFORM:
             request = attempt.request
@@ -77,7 +90,7 @@ def run(native: Any, step: Any, perform: Callable[[Any], Any], lookup: Callable[
             if attempt.read_only:
                 step = native.report(attempt, outcome)
             else:
-                step = native.report_attempt(request.execution_id, request.attempt, outcome)
+                step = settle(request.execution_id, request.attempt, outcome)
         elif kind is _LOOKUP:
             try:
                 found = lookup(attempt.request)
@@ -104,11 +117,15 @@ async def arun(native: Any, step: Any, perform: Callable[[Any], Awaitable[Any]],
     here, with this task's context); returns the library's ``CallOutcome``.
     ``io(fn, *args)`` runs each library step (default: inline, on this
     loop's thread; ``asyncio.to_thread`` keeps the loop off the disk at the
-    price of a thread hop per step). ``step`` is the answer of ``start``."""
+    price of a thread hop per step). ``step`` is the answer of ``start``.
+    Returns as ``run`` does."""
+    settle = _settler(native)
     for _ in range(_MAX_STEPS):
         kind = type(step)
         if kind is _DONE:
             return step.outcome
+        if isinstance(step, _outcomes.CallOutcome):
+            return step
         attempt = step.attempt
         if kind is _PERFORM:
             request = attempt.request
@@ -117,10 +134,15 @@ async def arun(native: Any, step: Any, perform: Callable[[Any], Awaitable[Any]],
             except BaseException:
                 _report(native, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
                 raise
-            if attempt.read_only:
+            if io is _inline:  # every call's path: no coroutine per step
+                if attempt.read_only:
+                    step = native.report(attempt, outcome)
+                else:
+                    step = settle(request.execution_id, request.attempt, outcome)
+            elif attempt.read_only:
                 step = await io(native.report, attempt, outcome)
             else:
-                step = await io(native.report_attempt, request.execution_id, request.attempt, outcome)
+                step = await io(settle, request.execution_id, request.attempt, outcome)
         elif kind is _LOOKUP:
             try:
                 found = await lookup(attempt.request)

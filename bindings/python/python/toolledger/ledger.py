@@ -22,10 +22,11 @@ import functools
 import inspect
 import json
 import threading
+import types
 import weakref
 from typing import Any, Iterable, List, Optional
 
-from . import _driven, events, outcomes
+from . import _direct, _driven, events, outcomes
 from ._native import toolledger as _ffi
 from .errors import InvalidInput, LedgerClosed, translate, translated
 from .tools import (
@@ -38,8 +39,8 @@ from .tools import (
     outcome_of_value,
 )
 
-# `asyncio.timeout` (3.11+) bounds a coroutine without a task of its own.
-_timeout = getattr(asyncio, "timeout", None)
+# `asyncio.timeout_at` (3.11+) bounds a coroutine without a task of its own.
+_timeout_at = getattr(asyncio, "timeout_at", None)
 
 # The Ledger methods, forwarded as they are (errors translated), each with an
 # awaitable `a`-prefixed twin.
@@ -330,7 +331,10 @@ class Executor:
     hop to the library's threads and back, the task's context variables
     seen by the tool. Each step is a short SQLite transaction run on the
     loop's thread (one durable commit before the tool runs, one after), as
-    `execute_sync` runs them on the caller's thread. `execute_round`,
+    `execute_sync` runs them on the caller's thread, and one native call
+    (`toolledger._direct`); a replay is answered by the first step, with
+    nothing awaited. An `async def` tool's deadline (`perform_timeout_ms`)
+    is armed only if the tool suspends, counted from its start. `execute_round`,
     `approve`, `run_existing`, `recover`, `resolve_unknown` and
     `compensate`, and raw `ToolHandler`s, go through the library's async
     executor, which calls the tools back.
@@ -351,11 +355,14 @@ class Executor:
         self._perform_timeout = None if timeout_ms is None else timeout_ms / 1000
         with translated():
             self._native: Optional[Any] = _ffi.ToolExecutor(ledger._attach(self), cfg)
+        # The caller-driven steps, one native call each (`toolledger._direct`).
+        self._steps: Optional[_direct.Steps] = _direct.Steps(self._native)
         for t in tools:
             self.register(t)
 
     def _drop(self) -> None:
         self._native = None
+        self._steps = None
 
     @property
     def native(self) -> Any:
@@ -367,6 +374,12 @@ class Executor:
 
     def _app_loop(self) -> Optional[asyncio.AbstractEventLoop]:
         return self._loop
+
+    def _driven_steps(self) -> "_direct.Steps":
+        steps = self._steps
+        if steps is None:
+            raise LedgerClosed("the ledger under this executor is closed")
+        return steps
 
     def _enter(self) -> Any:
         # The loop awaiting this call is where the tools' coroutines run.
@@ -395,9 +408,12 @@ class Executor:
             if tool is None:
                 outcome = await native.execute(operation_id, round, call)
             else:
-                step = native.start(operation_id, round, call)
+                steps = self._driven_steps()
+                step = steps.begin(operation_id, round, call)
+                if isinstance(step, outcomes.CallOutcome):  # a replay, ...: nothing to await
+                    return step
                 outcome = await _driven.arun(
-                    native, step,
+                    steps, step,
                     functools.partial(self._aperform, tool), functools.partial(self._alookup, tool))
         except (_ffi.LedgerError, _ffi.InternalError) as e:
             raise translate(e) from e
@@ -416,11 +432,13 @@ class Executor:
                 f"execute_sync: {name!r} is not a registered Tool with plain-def "
                 "perform and lookup; use execute")
         tool = self._own[name]
-        native = self.native
+        steps = self._driven_steps()
         try:
-            step = native.start(operation_id, round, call)
+            step = steps.begin(operation_id, round, call)
+            if isinstance(step, outcomes.CallOutcome):  # a replay, ...
+                return step
             outcome = _driven.run(
-                native, step,
+                steps, step,
                 functools.partial(self._perform, tool), functools.partial(self._lookup, tool))
         except (_ffi.LedgerError, _ffi.InternalError) as e:
             raise translate(e) from e
@@ -446,14 +464,13 @@ class Executor:
     async def _aperform(self, tool: Tool, request: Any) -> Any:
         name = tool._tool_name()
         try:
-            if self._perform_timeout is None:
+            if _is_async(tool, "perform"):
+                value = await _bounded(tool.perform(ToolRequest._from_ffi(request)), self._perform_timeout)
+            elif self._perform_timeout is None:
                 value = await _acall(tool, "perform", ToolRequest._from_ffi(request))
-            elif _timeout is not None:
-                async with _timeout(self._perform_timeout):
-                    value = await _acall(tool, "perform", ToolRequest._from_ffi(request))
-            else:  # Python < 3.11
-                value = await asyncio.wait_for(
-                    _acall(tool, "perform", ToolRequest._from_ffi(request)), self._perform_timeout)
+            else:
+                value = await _bounded(_acall(tool, "perform", ToolRequest._from_ffi(request)),
+                                       self._perform_timeout)
         except asyncio.TimeoutError:
             return _ffi.PerformOutcome.UNKNOWN(reason="timed out waiting for the downstream")
         except Exception as e:  # noqa: BLE001 — classified: refused, or "may have happened"
@@ -532,6 +549,65 @@ class Executor:
         """Applies a background job's state obtained by polling."""
         with translated():
             return self.native.record_job_update(execution_id, update)
+
+
+async def _bounded(aw: Any, timeout: Optional[float]) -> Any:
+    """Awaits a tool's `perform` in this task within `timeout` seconds
+    (None: no bound), as `asyncio.timeout` does, without arming a timer for
+    a coroutine that finishes without suspending: its first step runs at
+    once, and only if it suspends (awaits something the loop must wait for)
+    is the rest awaited under a deadline counted from before that first
+    step. A coroutine that never suspends cannot be interrupted by a
+    deadline in any case: the loop never regains control while it runs."""
+    if type(aw) is not types.CoroutineType:
+        if timeout is None:
+            return await aw
+        return await _within(aw, asyncio.get_running_loop().time() + timeout)
+    start = asyncio.get_running_loop().time()
+    try:
+        yielded = aw.send(None)
+    except StopIteration as done:
+        return done.value
+    rest = _resumed(aw, yielded)
+    if timeout is None:
+        return await rest
+    return await _within(rest, start + timeout)
+
+
+async def _within(aw: Any, deadline: float) -> Any:
+    if _timeout_at is not None:
+        async with _timeout_at(deadline):
+            return await aw
+    # Python < 3.11: `wait_for` runs it in a task of its own.
+    remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+
+    async def rest() -> Any:
+        return await aw
+
+    return await asyncio.wait_for(rest(), remaining)
+
+
+@types.coroutine
+def _resumed(coro: Any, yielded: Any) -> Any:
+    """The rest of a started coroutine, awaitable: hands what it yielded to
+    the awaiting task, and what the task sends or throws back to it (what
+    `await coro` does after the first step)."""
+    while True:
+        try:
+            sent = yield yielded
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as e:  # a cancellation (the deadline), or any throw
+            try:
+                yielded = coro.throw(e)
+            except StopIteration as done:
+                return done.value
+            continue
+        try:
+            yielded = coro.send(sent)
+        except StopIteration as done:
+            return done.value
 
 
 async def _acall(tool: Tool, which: str, request: ToolRequest) -> Any:

@@ -213,8 +213,11 @@ _BY_TYPE: dict = {}
 
 
 def from_ffi(outcome: Any) -> CallOutcome:
-    """The dataclass for a generated `CallOutcome` variant."""
+    """The dataclass for a generated `CallOutcome` variant (one already
+    made, as `toolledger._direct` reads a finished call, as it is)."""
     found = _BY_TYPE.get(type(outcome))
+    if found is None and isinstance(outcome, CallOutcome):
+        return outcome
     if found is None:
         cls = _VARIANTS[type(outcome).__name__.rsplit(".", 1)[-1]]
         found = _BY_TYPE[type(outcome)] = (cls, tuple(cls.__dataclass_fields__))
