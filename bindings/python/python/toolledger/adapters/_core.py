@@ -316,7 +316,6 @@ class LedgerRuntime:
         """One call from synchronous code: ``body()`` runs the tool in this
         thread, if the ledger runs it. Returns the result or raises."""
         spec = self._specs[tool_name]
-        native = self.executor.native
 
         def perform(request: Any) -> Any:
             token = _CURRENT.set(_request(request))
@@ -342,18 +341,21 @@ class LedgerRuntime:
             return _found(found)
 
         try:
-            step = native.start(operation_id, round_, tl.ToolCall(call_id, tool_name, arguments_json))
-            outcome = _driven.run(native, step, perform, lookup)
+            # One native call per step (toolledger._direct); a replay comes
+            # back from `begin` already as its outcome.
+            steps = self.executor._driven_steps()
+            step = steps.begin(operation_id, round_, tl.ToolCall(call_id, tool_name, arguments_json))
+            if not isinstance(step, tl.CallOutcome):
+                step = _driven.run(steps, step, perform, lookup)
         except _LIBRARY_ERRORS as e:
             raise _translate(e) from e
-        return result_of(_outcomes.from_ffi(outcome))
+        return result_of(_outcomes.from_ffi(step))
 
     async def acall(self, operation_id: str, round_: int, call_id: str, tool_name: str, arguments_json: str,
                     body: Callable[[], Awaitable[Any]]) -> tl.Completed:
         """One call from async code: ``body()`` (``async``, or plain) runs
         the tool in this task, if the ledger runs it."""
         spec = self._specs[tool_name]
-        native = self.executor.native
 
         async def perform(request: Any) -> Any:
             token = _CURRENT.set(_request(request))
@@ -381,11 +383,13 @@ class LedgerRuntime:
             return _found(found)
 
         try:
-            step = native.start(operation_id, round_, tl.ToolCall(call_id, tool_name, arguments_json))
-            outcome = await _driven.arun(native, step, perform, lookup)
+            steps = self.executor._driven_steps()
+            step = steps.begin(operation_id, round_, tl.ToolCall(call_id, tool_name, arguments_json))
+            if not isinstance(step, tl.CallOutcome):
+                step = await _driven.arun(steps, step, perform, lookup)
         except _LIBRARY_ERRORS as e:
             raise _translate(e) from e
-        return result_of(_outcomes.from_ffi(outcome))
+        return result_of(_outcomes.from_ffi(step))
 
     def _sync_loop(self) -> asyncio.AbstractEventLoop:
         # The package's bridge loop: where a coroutine runs for a caller (or
