@@ -184,7 +184,7 @@ pub fn stats(args: &DbArgs) -> CliResult<()> {
             "operations": stats.operations,
             "executions": executions,
             "executions_by_status": counts(&stats.executions_by_status),
-            "executions_by_tool": counts(&by_tool),
+            "executions_by_tool": counts(by_tool),
             "transitions": stats.transitions,
             "tombstones": tombstones,
             "oldest_created_ms": range.map(|r| r.0),

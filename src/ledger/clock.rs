@@ -112,9 +112,10 @@ fn boot_clock_ms() -> i64 {
     if unsafe { libc::clock_gettime(CLOCK, &mut ts) } != 0 {
         return 0;
     }
-    i64::from(ts.tv_sec)
-        .saturating_mul(1000)
-        .saturating_add(i64::from(ts.tv_nsec) / 1_000_000)
+    // `time_t` and `c_long` are 32 bits on 32-bit Android targets.
+    #[allow(clippy::useless_conversion)]
+    let (secs, nanos) = (i64::from(ts.tv_sec), i64::from(ts.tv_nsec));
+    secs.saturating_mul(1000).saturating_add(nanos / 1_000_000)
 }
 
 /// Elsewhere: time since this process first asked (a clock of its own, so

@@ -1,7 +1,7 @@
 //! The deadline of deferred commits: a thread that syncs the WAL at the
-//! latest [`super::DeferredCommits::deadline`] after a deferred commit, when
-//! nothing else (a durable write, `suspend()`, `sync()`) made it durable
-//! first.
+//! latest [`super::DeferredCommits::deadline`] after the oldest deferred
+//! commit not durable yet, when nothing else (a durable write, `suspend()`,
+//! `sync()`) made it durable first.
 //!
 //! The thread is started by the first deferred commit (a ledger that never
 //! defers one never has it), sleeps while nothing is pending, holds only a
@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::store::Store;
+use crate::store::{DeferredDue, Store};
 
 /// One ledger's deadline thread.
 #[derive(Debug)]
@@ -130,15 +130,23 @@ fn run(shared: &Shared, store: &Weak<Store>, deadline: Duration) {
         let Some(store) = store.upgrade() else {
             return;
         };
-        // A suspended store synced on suspending (the sync is refused and
-        // nothing is pending). A sync that failed otherwise (a disk error)
-        // is tried again one deadline later, unless a durable write,
-        // `suspend()` or `sync()` made the commits durable meanwhile.
-        if store.sync_deferred().is_err() && store.has_unsynced() {
+        // The deadline counts from the oldest commit still not durable: a
+        // durable write since (the next call's intent) synced the commit
+        // that armed it, so in a steady stream of calls this thread syncs
+        // nothing of its own. A suspended store synced on suspending (the
+        // sync is refused and nothing is pending). A sync that failed
+        // otherwise (a disk error) is tried again one deadline later, unless
+        // a durable write, `suspend()` or `sync()` made the commits durable
+        // meanwhile.
+        let next = match store.sync_deferred_due(deadline) {
+            Ok(DeferredDue::Nothing | DeferredDue::Synced) => None,
+            Ok(DeferredDue::At(due)) => Some(due),
+            Err(_) if store.has_unsynced() => Instant::now().checked_add(deadline),
+            Err(_) => None,
+        };
+        if let Some(next) = next {
             let mut state = lock(&shared.state);
-            if state.due.is_none() {
-                state.due = Instant::now().checked_add(deadline);
-            }
+            state.due = Some(state.due.map_or(next, |due| due.min(next)));
         }
     }
 }

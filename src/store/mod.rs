@@ -49,7 +49,7 @@ mod sessions;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
 
@@ -82,6 +82,17 @@ pub enum Durability {
     /// writes whose early sight hands nobody a result (the intent: another
     /// session seeing an `executing` row answers `InFlight`), it spares the
     /// switch of `synchronous` that a call would otherwise pay twice.
+    Synced,
+}
+
+/// What [`Store::sync_deferred_due`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeferredDue {
+    /// Every commit was durable already.
+    Nothing,
+    /// The oldest deferred commit not durable yet falls due then.
+    At(Instant),
+    /// It was due: the WAL was synced.
     Synced,
 }
 
@@ -161,8 +172,9 @@ struct Open {
     wal: Option<FileId>,
     /// The `synchronous` setting in force on `conn` (FULL when opened).
     normal: bool,
-    /// A deferred write committed since the WAL was last synced.
-    unsynced: bool,
+    /// When the oldest deferred write not durable yet was committed (this
+    /// process's monotonic time); `None` when every commit is durable.
+    unsynced_since: Option<Instant>,
     /// `PRAGMA fullfsync`, read at the first explicit sync.
     fullfsync: Option<bool>,
 }
@@ -174,7 +186,7 @@ impl Open {
             conn: Box::new(conn),
             wal,
             normal: false,
-            unsynced: false,
+            unsynced_since: None,
             fullfsync: None,
         }
     }
@@ -196,7 +208,7 @@ impl Open {
 
     /// Syncs the WAL when a deferred write is not durable yet.
     fn sync_unsynced(&mut self) -> Result<bool> {
-        if !self.unsynced {
+        if self.unsynced_since.is_none() {
             return Ok(false);
         }
         self.sync_wal()?;
@@ -214,7 +226,7 @@ impl Open {
             }
         };
         sync_wal(&self.conn, full)?;
-        self.unsynced = false;
+        self.unsynced_since = None;
         Ok(())
     }
 }
@@ -631,15 +643,17 @@ impl Store {
         if let Ok(((_, true), _)) = &result {
             match durability {
                 // Its sync covered every frame written before it.
-                Durability::Full => open.unsynced = false,
+                Durability::Full => open.unsynced_since = None,
                 Durability::Synced => {
                     // Pending until the sync succeeds: after a failed one
                     // the next durable write, `sync_deferred` (suspend, the
                     // deadline thread when armed) syncs it again.
-                    open.unsynced = true;
+                    open.unsynced_since.get_or_insert_with(Instant::now);
                     open.sync_wal()?;
                 }
-                Durability::Deferred => open.unsynced = true,
+                Durability::Deferred => {
+                    open.unsynced_since.get_or_insert_with(Instant::now);
+                }
                 Durability::Lazy => {}
             }
         }
@@ -680,8 +694,28 @@ impl Store {
     pub fn has_unsynced(&self) -> bool {
         self.conn
             .lock()
-            .map(|g| g.as_ref().is_some_and(|o| o.unsynced))
+            .map(|g| g.as_ref().is_some_and(|o| o.unsynced_since.is_some()))
             .unwrap_or(false)
+    }
+
+    /// Makes the deferred writes durable if the oldest one not durable yet
+    /// was committed `deadline` ago or more (one sync of the WAL then).
+    /// A durable write since may have made them durable already; then this
+    /// says when the oldest one committed after it falls due, or that none
+    /// is pending.
+    ///
+    /// # Errors
+    /// As [`Store::sync_deferred`].
+    pub fn sync_deferred_due(&self, deadline: Duration) -> Result<DeferredDue> {
+        let mut guard = self.lock()?;
+        let open = guard.as_mut().ok_or(Error::Suspended)?;
+        let Some(since) = open.unsynced_since else {
+            return Ok(DeferredDue::Nothing);
+        };
+        match since.checked_add(deadline) {
+            Some(due) if due > Instant::now() => Ok(DeferredDue::At(due)),
+            _ => open.sync_wal().map(|()| DeferredDue::Synced),
+        }
     }
 
     /// True when the `-wal` file on disk is not the one `open` writes to.

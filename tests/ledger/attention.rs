@@ -22,7 +22,7 @@ fn begin(ledger: &Ledger, op_name: &str, round: u32, call_id: &str) -> Execution
 
 fn delivered(ledger: &Ledger, op_name: &str, round: u32, call_id: &str) -> ExecutionId {
     let id = begin(ledger, op_name, round, call_id);
-    ledger.commit(&current(&ledger, &id), "{}", None).unwrap();
+    ledger.commit(&current(ledger, &id), "{}", None).unwrap();
     ledger.mark_delivered(std::slice::from_ref(&id)).unwrap();
     id
 }

@@ -101,8 +101,7 @@ fn child_races_begin() {
     });
 }
 
-/// Polls `cond` for at most 20 s.
-
+/// The files of `dir` whose name contains `infix`.
 fn files_with(dir: &std::path::Path, infix: &str) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(dir)
         .unwrap()
@@ -301,8 +300,6 @@ fn executor(db: &Path, addr: SocketAddr) -> Executor {
     exec.register(Arc::new(Post { addr })).unwrap();
     exec
 }
-
-/// Polls `cond` for at most 30 s.
 
 /// Child side: waits for the go signal, runs every round, writes one line
 /// per outcome (`<call id> <label>`), and keeps its session alive until the

@@ -218,6 +218,71 @@ fn a_deferred_commit_becomes_durable_by_its_deadline() {
     assert!(rec.status.is_committed(), "{}", rec.status);
 }
 
+/// In a steady stream of calls each deferred commit rides the next call's
+/// durable intent, and the deadline counts from the oldest commit still not
+/// durable: the deadline thread adds no sync of its own while calls keep
+/// coming (it used to make one per deadline, counted from the first commit
+/// of the stream), and exactly one after the stream stops.
+#[test]
+fn the_deadline_thread_adds_no_sync_to_a_steady_stream() {
+    use toolledger::ledger::{Begin, CallSpec, Downstream};
+    let machine = Machine::new();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(&machine, true);
+    let deadline = Duration::from_millis(250);
+    config.deferred_commits.deadline = deadline;
+    let ledger = toolledger::ledger::Ledger::open(&dir.path().join("l.db"), config).unwrap();
+    let op = toolledger::model::OperationId::new("op").unwrap();
+    let syncs = machine.syncs();
+    let db_syncs = machine.syncs_of("l.db");
+    let started = std::time::Instant::now();
+    let mut last_commit = started;
+    let mut longest_gap = Duration::ZERO;
+    let mut calls = 0u64;
+    // Three deadlines' worth of calls, few enough (at most 100) that the
+    // WAL does not fill up to a checkpoint (which syncs of its own).
+    while started.elapsed() < deadline * 3 && calls < 100 {
+        let call = toolledger::model::ToolCall::custom(format!("c{calls}"), "pay", "{}");
+        let spec = CallSpec::new(call, 1).with_downstream(Downstream::lookup());
+        let Begin::Execute(t) = ledger.begin(&op, 0, &spec).unwrap() else {
+            panic!("not executed");
+        };
+        longest_gap = longest_gap.max(last_commit.elapsed());
+        ledger.commit(&t.attempt_id(), "{}", None).unwrap();
+        last_commit = std::time::Instant::now();
+        calls += 1;
+        std::thread::sleep(Duration::from_millis(8));
+    }
+    let during = machine.syncs() - syncs;
+    assert_eq!(
+        machine.syncs_of("l.db"),
+        db_syncs,
+        "no checkpoint ran (it syncs of its own)"
+    );
+    // A stall of the machine longer than the deadline between a commit and
+    // the next intent would rightly let the thread sync once.
+    if longest_gap < deadline {
+        assert_eq!(
+            during, calls,
+            "one sync per call ({calls} calls), none of the thread's"
+        );
+    }
+    assert!(ledger.has_unsynced_commits(), "the last commit waits");
+    let waited = std::time::Instant::now();
+    while ledger.has_unsynced_commits() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "the deadline thread never synced the last commit"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        machine.syncs() - syncs,
+        during + 1,
+        "one sync for the last commit"
+    );
+}
+
 /// With the policy's default declarations, a key-only tool with an
 /// undeclared or 24-hour key keeps a durable commit: two syncs; a lookup
 /// tool one.

@@ -146,19 +146,7 @@ enum Numbers {
 }
 
 fn run_parser(input: &str, limits: &JsonLimits, numbers: Numbers) -> Result<String, JsonError> {
-    if input.len() > limits.max_bytes {
-        return Err(JsonError::TooLarge {
-            size: input.len(),
-            max: limits.max_bytes,
-        });
-    }
-    let mut parser = Parser {
-        src: input,
-        bytes: input.as_bytes(),
-        pos: 0,
-        numbers,
-    };
-    parser.run(limits.max_depth)
+    Parser::bounded(input, limits, numbers)?.run(limits.max_depth)
 }
 
 /// Appends `s` as a JSON string literal escaped exactly as RFC 8785 requires.
@@ -213,20 +201,115 @@ impl PartialOrd for Utf16Key {
     }
 }
 
-/// An open container. Arrays write straight into the current output buffer;
-/// an object parks its parent's buffer while each member value is written
-/// into a fresh one, then emits the members sorted when it closes.
-enum Frame {
-    Array,
-    Object {
-        parent: String,
-        members: BTreeMap<Utf16Key, String>,
-        key: Utf16Key,
-    },
+/// What the walk of a JSON text does with what it reads: the one grammar of
+/// this module is walked once ([`Parser::walk`]), and a sink decides whether
+/// canonical text is written ([`Canonical`], for [`canonicalize`]) or only
+/// the checks are kept ([`validate::Check`], for [`validate`]). Every
+/// refusal comes from the walk or from the scalar writers both sinks share,
+/// so the two accept the same texts and report the same first error.
+trait Sink {
+    /// The state of an open object (its members so far).
+    type Object;
+
+    /// Structural text: `[`, `]`, `,`, `[]`, `{}`.
+    fn raw(&mut self, text: &'static str);
+
+    /// Where a literal or a number is written (writing it is what checks it).
+    fn scalar(&mut self) -> &mut String;
+
+    /// Reads the string literal whose opening quote was just consumed.
+    fn string(&mut self, parser: &mut Parser<'_>) -> Result<(), JsonError>;
+
+    /// An object with at least one member opens.
+    fn open_object(&mut self) -> Self::Object;
+
+    /// A member's key (unescaped); `false` if the object already has it.
+    fn key(&mut self, object: &mut Self::Object, key: String) -> bool;
+
+    /// The value of the member whose key came last is complete.
+    fn end_member(&mut self, object: &mut Self::Object);
+
+    /// The object closes.
+    fn close_object(&mut self, object: Self::Object);
 }
 
-/// Iterative parser that writes canonical output as it goes. Open containers
-/// live in a heap `Vec<Frame>`, so hostile nesting cannot exhaust the stack.
+/// An open container of the walk.
+enum Frame<O> {
+    Array,
+    Object(O),
+}
+
+/// The sink of [`canonicalize`]. Arrays write straight into the current
+/// output buffer; an object parks its parent's buffer while each member
+/// value is written into a fresh one, then emits the members sorted when it
+/// closes.
+struct Canonical {
+    out: String,
+}
+
+/// An open object of [`Canonical`].
+struct CanonicalObject {
+    parent: String,
+    members: BTreeMap<Utf16Key, String>,
+    key: Utf16Key,
+}
+
+impl Sink for Canonical {
+    type Object = CanonicalObject;
+
+    fn raw(&mut self, text: &'static str) {
+        self.out.push_str(text);
+    }
+
+    fn scalar(&mut self) -> &mut String {
+        &mut self.out
+    }
+
+    fn string(&mut self, parser: &mut Parser<'_>) -> Result<(), JsonError> {
+        parser.string_value(&mut self.out)
+    }
+
+    fn open_object(&mut self) -> CanonicalObject {
+        CanonicalObject {
+            parent: std::mem::take(&mut self.out),
+            members: BTreeMap::new(),
+            key: Utf16Key::default(),
+        }
+    }
+
+    fn key(&mut self, object: &mut CanonicalObject, key: String) -> bool {
+        let key = Utf16Key(key);
+        if object.members.contains_key(&key) {
+            return false;
+        }
+        object.key = key;
+        true
+    }
+
+    fn end_member(&mut self, object: &mut CanonicalObject) {
+        object.members.insert(
+            std::mem::take(&mut object.key),
+            std::mem::take(&mut self.out),
+        );
+    }
+
+    fn close_object(&mut self, object: CanonicalObject) {
+        self.out = object.parent;
+        self.out.push('{');
+        for (i, (key, value)) in object.members.iter().enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            write_json_string(&mut self.out, &key.0);
+            self.out.push(':');
+            self.out.push_str(value);
+        }
+        self.out.push('}');
+    }
+}
+
+/// Iterative parser over one JSON text. Open containers live in a heap
+/// `Vec`, so hostile nesting cannot exhaust the stack.
 struct Parser<'a> {
     src: &'a str,
     bytes: &'a [u8],
@@ -234,7 +317,23 @@ struct Parser<'a> {
     numbers: Numbers,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
+    /// A parser at the start of `input`, or `TooLarge` before any parsing.
+    fn bounded(input: &'a str, limits: &JsonLimits, numbers: Numbers) -> Result<Self, JsonError> {
+        if input.len() > limits.max_bytes {
+            return Err(JsonError::TooLarge {
+                size: input.len(),
+                max: limits.max_bytes,
+            });
+        }
+        Ok(Parser {
+            src: input,
+            bytes: input.as_bytes(),
+            pos: 0,
+            numbers,
+        })
+    }
+
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.pos).copied()
     }
@@ -267,9 +366,19 @@ impl Parser<'_> {
         self.bump(byte)
     }
 
+    /// The canonical form of the whole text.
     fn run(&mut self, max_depth: usize) -> Result<String, JsonError> {
-        let mut out = String::with_capacity(self.bytes.len());
-        let mut stack: Vec<Frame> = Vec::new();
+        let mut sink = Canonical {
+            out: String::with_capacity(self.bytes.len()),
+        };
+        self.walk(&mut sink, max_depth)?;
+        Ok(sink.out)
+    }
+
+    /// Walks the whole text (one value and nothing after it but whitespace),
+    /// handing what it reads to `sink`.
+    fn walk<S: Sink>(&mut self, sink: &mut S, max_depth: usize) -> Result<(), JsonError> {
+        let mut stack: Vec<Frame<S::Object>> = Vec::new();
         'value: loop {
             self.skip_ws();
             match self.peek() {
@@ -279,9 +388,9 @@ impl Parser<'_> {
                 Some(b'[') => {
                     self.pos += 1;
                     if self.eat(b']') {
-                        out.push_str("[]");
+                        sink.raw("[]");
                     } else {
-                        out.push('[');
+                        sink.raw("[");
                         stack.push(Frame::Array);
                         continue 'value;
                     }
@@ -289,27 +398,22 @@ impl Parser<'_> {
                 Some(b'{') => {
                     self.pos += 1;
                     if self.eat(b'}') {
-                        out.push_str("{}");
+                        sink.raw("{}");
                     } else {
-                        let members = BTreeMap::new();
-                        let key = self.member_key(&members)?;
-                        let parent = std::mem::take(&mut out);
-                        stack.push(Frame::Object {
-                            parent,
-                            members,
-                            key,
-                        });
+                        let mut object = sink.open_object();
+                        self.member_key(sink, &mut object)?;
+                        stack.push(Frame::Object(object));
                         continue 'value;
                     }
                 }
                 Some(b'"') => {
                     self.pos += 1;
-                    self.string_value(&mut out)?;
+                    sink.string(self)?;
                 }
-                Some(b't') => self.literal("true", &mut out)?,
-                Some(b'f') => self.literal("false", &mut out)?,
-                Some(b'n') => self.literal("null", &mut out)?,
-                Some(b'-' | b'0'..=b'9') => self.number(&mut out)?,
+                Some(b't') => self.literal("true", sink.scalar())?,
+                Some(b'f') => self.literal("false", sink.scalar())?,
+                Some(b'n') => self.literal("null", sink.scalar())?,
+                Some(b'-' | b'0'..=b'9') => self.number(sink.scalar())?,
                 _ => return Err(self.err("expected a value")),
             }
             // A value is complete: continue or close the enclosing containers.
@@ -320,22 +424,22 @@ impl Parser<'_> {
                         if self.pos < self.bytes.len() {
                             return Err(self.err("trailing characters after value"));
                         }
-                        return Ok(out);
+                        return Ok(());
                     }
                     Some(Frame::Array) => {
                         if self.eat(b',') {
-                            out.push(',');
+                            sink.raw(",");
                             continue 'value;
                         }
                         if !self.eat(b']') {
                             return Err(self.err("expected ',' or ']'"));
                         }
-                        out.push(']');
+                        sink.raw("]");
                     }
-                    Some(Frame::Object { members, key, .. }) => {
-                        members.insert(std::mem::take(key), std::mem::take(&mut out));
+                    Some(Frame::Object(object)) => {
+                        sink.end_member(object);
                         if self.eat(b',') {
-                            *key = self.member_key(members)?;
+                            self.member_key(sink, object)?;
                             continue 'value;
                         }
                         if !self.eat(b'}') {
@@ -343,41 +447,33 @@ impl Parser<'_> {
                         }
                     }
                 }
-                if let Some(Frame::Object {
-                    parent, members, ..
-                }) = stack.pop()
-                {
-                    out = parent;
-                    out.push('{');
-                    for (i, (key, value)) in members.iter().enumerate() {
-                        if i > 0 {
-                            out.push(',');
-                        }
-                        write_json_string(&mut out, &key.0);
-                        out.push(':');
-                        out.push_str(value);
-                    }
-                    out.push('}');
+                if let Some(Frame::Object(object)) = stack.pop() {
+                    sink.close_object(object);
                 }
             }
         }
     }
 
-    /// Parses `"key" :` and refuses a key already in `members`.
-    fn member_key(&mut self, members: &BTreeMap<Utf16Key, String>) -> Result<Utf16Key, JsonError> {
+    /// Parses `"key" :` and hands the key to `sink`, refusing one the
+    /// object already has.
+    fn member_key<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        object: &mut S::Object,
+    ) -> Result<(), JsonError> {
         self.skip_ws();
         let offset = self.pos;
         if !self.bump(b'"') {
             return Err(self.err("expected a string key"));
         }
-        let key = Utf16Key(self.string()?);
-        if members.contains_key(&key) {
+        let key = self.string()?;
+        if !sink.key(object, key) {
             return Err(JsonError::DuplicateKey { offset });
         }
         if !self.eat(b':') {
             return Err(self.err("expected ':'"));
         }
-        Ok(key)
+        Ok(())
     }
 
     fn literal(&mut self, word: &'static str, out: &mut String) -> Result<(), JsonError> {

@@ -1,11 +1,12 @@
 //! [`validate`]: the checks of [`super::canonicalize`] without building the
 //! canonical text, for JSON that is only checked (a tool's result, a job's
 //! result, a read-only call's arguments): the same grammar, the same limits,
-//! the same first error, and no member buffered or sorted.
+//! the same first error (it is the same walk, [`Parser::walk`], with a sink
+//! that writes nothing), and no member buffered or sorted.
 
 use std::collections::BTreeSet;
 
-use super::{JsonError, JsonLimits, Numbers, Parser};
+use super::{JsonError, JsonLimits, Numbers, Parser, Sink};
 
 /// Accepts exactly the texts [`super::canonicalize`] accepts and refuses
 /// every other with the error it would report, without writing the
@@ -14,101 +15,47 @@ use super::{JsonError, JsonLimits, Numbers, Parser};
 /// # Errors
 /// As [`super::canonicalize`].
 pub fn validate(input: &str, limits: &JsonLimits) -> Result<(), JsonError> {
-    if input.len() > limits.max_bytes {
-        return Err(JsonError::TooLarge {
-            size: input.len(),
-            max: limits.max_bytes,
-        });
-    }
-    let mut parser = Parser {
-        src: input,
-        bytes: input.as_bytes(),
-        pos: 0,
-        numbers: Numbers::Exact,
+    let mut check = Check {
+        scratch: String::new(),
     };
-    parser.check(limits.max_depth)
+    Parser::bounded(input, limits, Numbers::Exact)?.walk(&mut check, limits.max_depth)
 }
 
-/// An open container while checking: an object keeps its keys (unescaped)
-/// to refuse a repeated one.
-enum Open {
-    Array,
-    Object(BTreeSet<String>),
+/// The sink of [`validate`]: scalars are written by the same code as for
+/// canonical text (which is what checks them) into one scratch buffer and
+/// dropped; an object keeps its keys (unescaped) to refuse a repeated one.
+pub(super) struct Check {
+    scratch: String,
+}
+
+impl Sink for Check {
+    type Object = BTreeSet<String>;
+
+    fn raw(&mut self, _text: &'static str) {}
+
+    fn scalar(&mut self) -> &mut String {
+        self.scratch.clear();
+        &mut self.scratch
+    }
+
+    fn string(&mut self, parser: &mut Parser<'_>) -> Result<(), JsonError> {
+        parser.skip_string()
+    }
+
+    fn open_object(&mut self) -> BTreeSet<String> {
+        BTreeSet::new()
+    }
+
+    fn key(&mut self, keys: &mut BTreeSet<String>, key: String) -> bool {
+        keys.insert(key)
+    }
+
+    fn end_member(&mut self, _keys: &mut BTreeSet<String>) {}
+
+    fn close_object(&mut self, _keys: BTreeSet<String>) {}
 }
 
 impl Parser<'_> {
-    /// The walk of `run`, writing nothing that outlives one scalar.
-    fn check(&mut self, max_depth: usize) -> Result<(), JsonError> {
-        // Scalars are written here by the same code as in `run` (which is
-        // what checks them) and dropped at once.
-        let mut scratch = String::new();
-        let mut stack: Vec<Open> = Vec::new();
-        'value: loop {
-            self.skip_ws();
-            scratch.clear();
-            match self.peek() {
-                Some(b'[' | b'{') if stack.len() >= max_depth => {
-                    return Err(JsonError::TooDeep { max: max_depth });
-                }
-                Some(b'[') => {
-                    self.pos += 1;
-                    if !self.eat(b']') {
-                        stack.push(Open::Array);
-                        continue 'value;
-                    }
-                }
-                Some(b'{') => {
-                    self.pos += 1;
-                    if !self.eat(b'}') {
-                        let mut keys = BTreeSet::new();
-                        self.checked_key(&mut keys)?;
-                        stack.push(Open::Object(keys));
-                        continue 'value;
-                    }
-                }
-                Some(b'"') => {
-                    self.pos += 1;
-                    self.skip_string()?;
-                }
-                Some(b't') => self.literal("true", &mut scratch)?,
-                Some(b'f') => self.literal("false", &mut scratch)?,
-                Some(b'n') => self.literal("null", &mut scratch)?,
-                Some(b'-' | b'0'..=b'9') => self.number(&mut scratch)?,
-                _ => return Err(self.err("expected a value")),
-            }
-            // A value is complete: continue or close the enclosing containers.
-            loop {
-                match stack.last_mut() {
-                    None => {
-                        self.skip_ws();
-                        if self.pos < self.bytes.len() {
-                            return Err(self.err("trailing characters after value"));
-                        }
-                        return Ok(());
-                    }
-                    Some(Open::Array) => {
-                        if self.eat(b',') {
-                            continue 'value;
-                        }
-                        if !self.eat(b']') {
-                            return Err(self.err("expected ',' or ']'"));
-                        }
-                    }
-                    Some(Open::Object(keys)) => {
-                        if self.eat(b',') {
-                            self.checked_key(keys)?;
-                            continue 'value;
-                        }
-                        if !self.eat(b'}') {
-                            return Err(self.err("expected ',' or '}'"));
-                        }
-                    }
-                }
-                stack.pop();
-            }
-        }
-    }
-
     /// Checks the string literal whose opening quote was just consumed, as
     /// `string_value` does, without copying it: one without escapes ends at
     /// the first `"` (a raw control character or a backslash sends it to
@@ -125,24 +72,6 @@ impl Parser<'_> {
             }
         }
         self.string().map(drop)
-    }
-
-    /// `member_key` against a set of keys: parses `"key" :`, refusing a key
-    /// already in `keys`, and adds it.
-    fn checked_key(&mut self, keys: &mut BTreeSet<String>) -> Result<(), JsonError> {
-        self.skip_ws();
-        let offset = self.pos;
-        if !self.bump(b'"') {
-            return Err(self.err("expected a string key"));
-        }
-        let key = self.string()?;
-        if !keys.insert(key) {
-            return Err(JsonError::DuplicateKey { offset });
-        }
-        if !self.eat(b':') {
-            return Err(self.err("expected ':'"));
-        }
-        Ok(())
     }
 }
 

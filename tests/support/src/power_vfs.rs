@@ -113,6 +113,8 @@ struct Disk {
     /// The power is off: every file operation fails.
     dead: bool,
     syncs: u64,
+    /// Syncs per file name.
+    file_syncs: BTreeMap<String, u64>,
     next_handle: u64,
 }
 
@@ -206,6 +208,17 @@ impl Machine {
     /// Syncs so far.
     pub fn syncs(&self) -> u64 {
         lock(&self.disk).syncs
+    }
+
+    /// Syncs so far of the files whose name ends with `suffix` (`".db"`:
+    /// the database file itself, synced by checkpoints).
+    pub fn syncs_of(&self, suffix: &str) -> u64 {
+        let d = lock(&self.disk);
+        d.file_syncs
+            .iter()
+            .filter(|(name, _)| name.ends_with(suffix))
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// Bytes written since the last sync, over all files.
@@ -610,6 +623,7 @@ unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, _flags: c_int) -> c_in
         return ffi::SQLITE_IOERR_FSYNC;
     }
     d.syncs += 1;
+    *d.file_syncs.entry(f.name.clone()).or_default() += 1;
     let Some(fd) = d.files.get_mut(&f.name) else {
         return ffi::SQLITE_IOERR_FSYNC;
     };
