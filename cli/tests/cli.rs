@@ -116,7 +116,7 @@ fn stats_counts_statuses_tools_and_sizes() {
     assert_eq!(v["executions_by_tool"]["send_email"], 7);
     assert_eq!(v["executions_by_tool"]["pay"], 2);
     assert_eq!(v["tombstones"], 0);
-    assert_eq!(v["schema_version"], 4);
+    assert_eq!(v["schema_version"], toolledger::ledger::SCHEMA_VERSION);
     assert!(v["file_bytes"].as_u64().unwrap() > 0);
     let table = stdout(&ok(&["stats", path]));
     assert!(table.contains("STATUS"), "{table}");

@@ -78,14 +78,16 @@ impl HotSql {
                  ON CONFLICT (execution_id) DO NOTHING"
             }
             HotSql::Deliver => {
-                "UPDATE executions SET status = 'result_delivered', updated_ms = ?2,
+                // `OR FAIL`: see migration 005 (no statement journal).
+                "UPDATE OR FAIL executions SET status = 'result_delivered', updated_ms = ?2,
                     history = history || ?3, needs_attention = NULL
                  WHERE execution_id = ?1 AND status = 'committed'"
             }
             HotSql::CommitRunning => {
                 // `external_id IS ?5`: equal, or both none. A cancelled
                 // operation's status moves too, which the general path does.
-                "UPDATE executions SET status = 'committed', updated_ms = ?3,
+                // `OR FAIL`: see migration 005 (no statement journal).
+                "UPDATE OR FAIL executions SET status = 'committed', updated_ms = ?3,
                     unknown_since_ms = NULL, unknown_boot = NULL, result_json = ?4,
                     external_id = ?5, history = history || ?6
                  WHERE execution_id = ?1 AND status = 'executing' AND attempt_count = ?2

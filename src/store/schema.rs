@@ -29,6 +29,7 @@ const MIGRATIONS: &[&[Step]] = &[
         Step::Sql(include_str!("migrations/003_hot_path_swap.sql")),
     ],
     &[Step::Sql(include_str!("migrations/004_owners.sql"))],
+    &[Step::Sql(include_str!("migrations/005_guard.sql"))],
 ];
 
 /// The schema version this build writes.

@@ -367,3 +367,155 @@ fn a_missing_directory_is_a_typed_error() {
         Err(Error::Store(StorageError::CannotOpen))
     ));
 }
+
+/// A version 4 database as version 4 wrote it (its own migrations, frozen in
+/// the repository), holding a delivered call and a committed one.
+fn v4_database(path: &std::path::Path) -> (String, String) {
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch("PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL;")
+        .unwrap();
+    for sql in [
+        include_str!("../../src/store/migrations/001_initial.sql"),
+        include_str!("../../src/store/migrations/002_retention.sql"),
+        include_str!("../../src/store/migrations/003_hot_path.sql"),
+        include_str!("../../src/store/migrations/003_hot_path_swap.sql"),
+        include_str!("../../src/store/migrations/004_owners.sql"),
+    ] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.execute_batch("PRAGMA user_version = 4;").unwrap();
+    let digest = toolledger::model::digest_arguments("pay", 1, "{}", &Default::default()).unwrap();
+    conn.execute("INSERT INTO operations VALUES ('o', 'open', 1, 1)", [])
+        .unwrap();
+    let delivered = "o:round_0:c1:pay:v1".to_owned();
+    let committed = "o:round_0:c2:pay:v1".to_owned();
+    for (id, status, history) in [
+        (
+            &delivered,
+            "result_delivered",
+            "1|start||executing|1|s\n2|commit|executing|committed|1|s\n3|deliver|committed|result_delivered|1|s\n",
+        ),
+        (
+            &committed,
+            "committed",
+            "1|start||executing|1|s\n2|commit|executing|committed|1|s\n",
+        ),
+    ] {
+        conn.execute(
+            "INSERT INTO executions (execution_id, operation_id, round, position, provider,
+                provider_call_id, tool_name, tool_version, args_digest, args_json,
+                downstream_key, requires_approval, status, attempt_count, owner_session,
+                result_json, created_ms, updated_ms, history, digest_scheme)
+             VALUES (?1, 'o', 0, 0, 'custom', 'c', 'pay', 1, ?2, '{}', ?3, 0, ?4, 1, 's',
+                '{\"paid\":1}', 1, 3, ?5, 2)",
+            rusqlite::params![
+                id,
+                digest.digest.as_str(),
+                toolledger::model::ExecutionId::parse(id.as_str())
+                    .unwrap()
+                    .downstream_key()
+                    .as_str(),
+                status,
+                history
+            ],
+        )
+        .unwrap();
+    }
+    (delivered, committed)
+}
+
+#[test]
+fn a_version_4_ledger_migrates_with_its_statuses_logs_and_guard() {
+    use toolledger::model::{ExecutionId, ExecutionStatus};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v4.db");
+    let (delivered, committed) = v4_database(&path);
+    let (ledger, _clock) = open_at(&path);
+    let delivered = ExecutionId::parse(delivered).unwrap();
+    let committed = ExecutionId::parse(committed).unwrap();
+    let status = |id: &ExecutionId| ledger.get(id).unwrap().unwrap().status;
+    assert_eq!(status(&delivered), ExecutionStatus::ResultDelivered);
+    assert_eq!(status(&committed), ExecutionStatus::Committed);
+    assert_eq!(ledger.transitions(&delivered).unwrap().len(), 3);
+    // The migrated ledger still delivers, through the new guard.
+    ledger
+        .mark_delivered(std::slice::from_ref(&committed))
+        .unwrap();
+    ledger.checkpoint().unwrap();
+    assert_eq!(status(&committed), ExecutionStatus::ResultDelivered);
+    let log = ledger.transitions(&committed).unwrap();
+    assert_eq!(log.len(), 3);
+    assert_eq!(log[2].to, ExecutionStatus::ResultDelivered);
+    drop(ledger);
+
+    let conn = Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, CURRENT_VERSION);
+    // The guard came along, each refusal with its own message, and a refusal
+    // takes its whole transaction with it.
+    let refused = |sql: &str| -> String {
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        conn.execute("UPDATE operations SET updated_ms = 99", [])
+            .unwrap();
+        let err = conn.execute(sql, [delivered.as_str()]).unwrap_err();
+        if !conn.is_autocommit() {
+            conn.execute_batch("ROLLBACK").unwrap();
+        }
+        let touched: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM operations WHERE updated_ms = 99",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(touched, 0, "the refused transaction left a write behind");
+        err.to_string()
+    };
+    assert_eq!(
+        refused(
+            "UPDATE executions SET status = 'committed', history = history || 'x'
+             WHERE execution_id = ?1"
+        ),
+        "toolledger: a committed execution cannot be downgraded"
+    );
+    assert_eq!(
+        refused(
+            "UPDATE executions SET status = 'executing', history = history || 'x'
+             WHERE execution_id = ?1"
+        ),
+        "toolledger: a committed execution cannot be downgraded"
+    );
+    assert_eq!(
+        refused(
+            "UPDATE executions SET result_json = '{}', history = history || 'x'
+             WHERE execution_id = ?1"
+        ),
+        "toolledger: a committed result cannot be rewritten"
+    );
+    for rewrite in [
+        "UPDATE executions SET history = 'x' WHERE execution_id = ?1",
+        "UPDATE executions SET history = substr(history, 2) WHERE execution_id = ?1",
+        "UPDATE executions SET history = substr(history, 1, length(history) - 1)
+         WHERE execution_id = ?1",
+        "UPDATE executions SET history = replace(history, 'deliver', 'delivex')
+         WHERE execution_id = ?1",
+        // A log line never holds the byte 0xFF (UTF-8 never does); the
+        // guard's prefix test relies on it and refuses a log that grows by one.
+        "UPDATE executions SET history = history || x'FF' WHERE execution_id = ?1",
+    ] {
+        assert_eq!(
+            refused(rewrite),
+            "toolledger: the transition log is append-only",
+            "{rewrite}"
+        );
+    }
+    // What the guard lets through: the log growing, on a delivered row too.
+    conn.execute(
+        "UPDATE executions SET history = history || '4|note|result_delivered|result_delivered|1|s' || char(10)
+         WHERE execution_id = ?1",
+        [delivered.as_str()],
+    )
+    .unwrap();
+}

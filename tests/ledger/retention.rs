@@ -596,7 +596,7 @@ fn a_v1_database_migrates_to_the_current_version_and_equals_a_fresh_schema() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert_eq!(version, CURRENT_VERSION);
-    assert_eq!(CURRENT_VERSION, 4);
+    assert_eq!(CURRENT_VERSION, 5);
     // The pages of the rebuilt tables went back to the file system.
     let free: i64 = conn
         .query_row("PRAGMA freelist_count", [], |r| r.get(0))

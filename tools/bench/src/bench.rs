@@ -68,6 +68,7 @@ struct Figures {
     ro_block: (Samples, Samples, u64),
     ro_current: (Samples, Samples, u64),
     bytes: (f64, Vec<(String, f64)>),
+    frames: fig::WalFrames,
     recover: fig::RecoverFigure,
     syncs: Option<Syncs>,
     delayed: Option<(f64, f64)>,
@@ -119,6 +120,8 @@ fn run_all(args: &BenchArgs, dir: &std::path::Path) -> CliResult<()> {
     drop(ledger);
     progress("bytes per execution");
     let bytes = fig::bytes_per_execution(dir, (args.calls() * args.batches * 2).clamp(100, 2000))?;
+    progress("WAL frames per call");
+    let frames = fig::wal_frames_per_call(dir, 500)?;
     let (syncs, delayed) = if args.no_strace {
         (None, None)
     } else {
@@ -147,6 +150,7 @@ fn run_all(args: &BenchArgs, dir: &std::path::Path) -> CliResult<()> {
         ro_block,
         ro_current,
         bytes,
+        frames,
         recover,
         syncs,
         delayed,
@@ -382,6 +386,12 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
         "  per table/index, B per execution incl. result: {}",
         parts.join(", ")
     );
+    say!(
+        "WAL frames (pages written) per call, fresh files: Ledger API key tool {:.2}, floor1 {:.2}, floor {:.2}",
+        f.frames.ledger,
+        f.frames.floor1,
+        f.frames.floor
+    );
     let rss = peak_rss_kib();
     say!(
         "peak RSS: {}",
@@ -454,6 +464,14 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
             format!("{:.1}", replay.quantile_us(0.99)),
         ),
         ("replay_wal_commits".into(), replay_commits.to_string()),
+        (
+            "wal_frames_per_call".into(),
+            format!("{:.2}", f.frames.ledger),
+        ),
+        (
+            "floor1_wal_frames_per_call".into(),
+            format!("{:.2}", f.frames.floor1),
+        ),
         (
             "round8_p50_us".into(),
             format!("{:.1}", r8.quantile_us(0.5)),

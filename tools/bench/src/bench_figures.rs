@@ -12,7 +12,7 @@ use toolledger::ledger::{Begin, CallSpec, Ledger, LedgerConfig};
 use toolledger::model::{ExecutionId, ExecutionIdParts, OperationId, ToolCall};
 
 use crate::bench_support::{
-    marker, result_200, tool_of, wal_commits, Floor, NoopSend, Samples, ARGS,
+    marker, result_200, tool_of, wal_commits, wal_frames, Floor, NoopSend, Samples, ARGS,
 };
 use crate::{Class, CliError, CliResult};
 
@@ -266,6 +266,73 @@ pub fn round8(dir: &Path, rounds: u64, markers: bool) -> CliResult<(Samples, Vec
     }
     commits.sort_unstable();
     Ok((latency, commits))
+}
+
+/// WAL frames (pages written) per call, each series on a fresh file: the
+/// Ledger API with a key tool, and the floors of one and of two durable
+/// commits. Every page a call touches is written to the WAL (and
+/// checksummed, and later copied back by a checkpoint), so this is the disk
+/// side of a call's cost. Calls whose writes span a WAL restart are skipped.
+pub struct WalFrames {
+    /// The Ledger API, a key tool (begin, commit, delivery mark).
+    pub ledger: f64,
+    /// The floor of one durable commit.
+    pub floor1: f64,
+    /// The floor of two durable commits.
+    pub floor: f64,
+}
+
+/// Measures [`WalFrames`] over `calls` calls of each series.
+pub fn wal_frames_per_call(dir: &Path, calls: u64) -> CliResult<WalFrames> {
+    fn mean_frames(
+        path: &Path,
+        calls: u64,
+        mut call: impl FnMut(u64) -> CliResult<()>,
+    ) -> CliResult<f64> {
+        let (mut frames, mut counted) = (0u64, 0u64);
+        for i in 0..calls {
+            let before = wal_frames(path)?;
+            call(i)?;
+            let after = wal_frames(path)?;
+            if before.0 == after.0 {
+                frames += after.1.saturating_sub(before.1);
+                counted += 1;
+            }
+        }
+        Ok(if counted == 0 {
+            0.0
+        } else {
+            frames as f64 / counted as f64
+        })
+    }
+    let result = result_200();
+    let path = dir.join("frames.db");
+    let ledger = open_ledger(&path)?;
+    let ledger_frames = mean_frames(&path, calls, |i| {
+        ledger_call(&ledger, "w", i, &result, Class::Key).map(|_| ())
+    })?;
+    drop(ledger);
+    let mut floors = [0.0; 2];
+    for (k, name) in ["frames_floor1.db", "frames_floor.db"]
+        .into_iter()
+        .enumerate()
+    {
+        let path = dir.join(name);
+        let mut floor = Floor::open(&path)?;
+        floors[k] = mean_frames(&path, calls, |i| {
+            let id = floor_id("w", i)?;
+            if k == 0 {
+                floor.call1(&id, &result)
+            } else {
+                floor.call(&id, &result)
+            }
+        })?;
+    }
+    Ok(WalFrames {
+        ledger: ledger_frames,
+        floor1: floors[0],
+        floor: floors[1],
+    })
 }
 
 /// Database bytes per execution (after a checkpoint, result excluded) and

@@ -193,18 +193,46 @@ pub fn wal_path(db: &Path) -> PathBuf {
 /// "database size after commit" field is set): the commits since the WAL was
 /// last restarted. With `synchronous=FULL` each such commit is one sync.
 pub fn wal_commits(db: &Path) -> CliResult<(u64, u64)> {
+    let scan = wal_scan(db)?;
+    Ok((scan.salt, scan.commits))
+}
+
+/// The WAL's salt and its number of valid frames: the pages written since
+/// the WAL was last restarted (each frame is one page image).
+pub fn wal_frames(db: &Path) -> CliResult<(u64, u64)> {
+    let scan = wal_scan(db)?;
+    Ok((scan.salt, scan.frames))
+}
+
+/// What a read of the WAL's valid frames found.
+struct WalScan {
+    salt: u64,
+    frames: u64,
+    commits: u64,
+}
+
+fn wal_scan(db: &Path) -> CliResult<WalScan> {
+    let none = WalScan {
+        salt: 0,
+        frames: 0,
+        commits: 0,
+    };
     let Ok(mut f) = File::open(wal_path(db)) else {
-        return Ok((0, 0));
+        return Ok(none);
     };
     let len = f.metadata()?.len();
     let mut header = [0u8; 32];
     if len < 32 || f.read_exact(&mut header).is_err() {
-        return Ok((0, 0));
+        return Ok(none);
     }
     let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
     let page_size = u64::from(be(&header[8..12]));
     let salt = (u64::from(be(&header[16..20])) << 32) | u64::from(be(&header[20..24]));
-    let mut commits = 0;
+    let mut scan = WalScan {
+        salt,
+        frames: 0,
+        commits: 0,
+    };
     let mut offset = 32;
     let mut frame = [0u8; 24];
     while offset + 24 + page_size <= len {
@@ -214,12 +242,13 @@ pub fn wal_commits(db: &Path) -> CliResult<(u64, u64)> {
         if frame_salt != salt {
             break;
         }
+        scan.frames += 1;
         if be(&frame[4..8]) != 0 {
-            commits += 1;
+            scan.commits += 1;
         }
         offset += 24 + page_size;
     }
-    Ok((salt, commits))
+    Ok(scan)
 }
 
 /// A strace marker: one `getppid` system call between measured calls.
