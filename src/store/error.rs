@@ -52,6 +52,12 @@ pub enum Error {
     /// execution cannot be downgraded).
     #[error("write refused by the ledger's schema guard: {0}")]
     Guard(String),
+    /// SQLite ended a write's transaction inside it (after an error the
+    /// write went on from instead of returning it). The write is reported
+    /// failed, never committed; no write of the ledger goes on after an
+    /// error, so this names a defect, not a condition to handle.
+    #[error("the write's transaction ended before its commit")]
+    TransactionEnded,
     /// The store's connection lock was poisoned by a panic in another thread.
     #[error("the store's lock was poisoned by a panic elsewhere")]
     LockPoisoned,

@@ -920,6 +920,14 @@ fn run_begun<T, E: From<Error>>(
     let mut guard = RollbackGuard { conn, armed: true };
     let dao = Dao::with_keys(conn, held, keys, observe);
     let out = f(&dao)?;
+    // SQLite ends a transaction on its own after some errors (the guard's
+    // `RAISE(ROLLBACK)`, a full disk, an I/O error). Every write returns its
+    // first error, so this cannot be reached today; if a write ever went on
+    // after one, its later statements would have committed one by one:
+    // refuse to call that a commit.
+    if conn.is_autocommit() {
+        return Err(Error::TransactionEnded.into());
+    }
     hot::run(held, conn, hot::HotSql::Commit, |s| s.execute([]))?;
     guard.armed = false;
     let events = dao.events.map(|e| e.into_inner()).unwrap_or_default();
@@ -1241,6 +1249,31 @@ mod tests {
         });
         assert!(r.is_err());
         assert_eq!(store.read(|dao| dao.operation_status(&op)).unwrap(), None);
+    }
+
+    /// A write that went on after SQLite ended its transaction (as the
+    /// guard's `RAISE(ROLLBACK)` or a full disk does; here a plain
+    /// `ROLLBACK` stands in for it) is reported as failed, not committed.
+    #[test]
+    fn a_write_whose_transaction_ended_inside_it_is_not_a_commit() {
+        let store = Store::open_in_memory().unwrap();
+        let op = OperationId::new("op3").unwrap();
+        let r: Result<()> = store.write(Durability::Full, |dao| {
+            dao.ensure_operation(&op, 1)?;
+            dao.tx.execute_batch("ROLLBACK")?;
+            Ok(())
+        });
+        assert!(matches!(r, Err(Error::TransactionEnded)), "{r:?}");
+        // What the transaction held before it ended is gone.
+        assert_eq!(store.read(|dao| dao.operation_status(&op)).unwrap(), None);
+        // The store goes on: the next write commits.
+        store
+            .write(Durability::Full, |dao| dao.ensure_operation(&op, 1))
+            .unwrap();
+        assert!(store
+            .read(|dao| dao.operation_status(&op))
+            .unwrap()
+            .is_some());
     }
 
     #[test]

@@ -501,9 +501,9 @@ fn a_version_4_ledger_migrates_with_its_statuses_logs_and_guard() {
          WHERE execution_id = ?1",
         "UPDATE executions SET history = replace(history, 'deliver', 'delivex')
          WHERE execution_id = ?1",
-        // A log line never holds the byte 0xFF (UTF-8 never does); the
-        // guard's prefix test relies on it and refuses a log that grows by one.
-        "UPDATE executions SET history = history || x'FF' WHERE execution_id = ?1",
+        // A log never holds the bytes FF FF; the guard's prefix test relies
+        // on it and refuses a log that grows by them.
+        "UPDATE executions SET history = history || x'FFFF' WHERE execution_id = ?1",
     ] {
         assert_eq!(
             refused(rewrite),
@@ -518,4 +518,47 @@ fn a_version_4_ledger_migrates_with_its_statuses_logs_and_guard() {
         [delivered.as_str()],
     )
     .unwrap();
+}
+
+/// A database file in UTF-16 (made by another tool before the ledger
+/// opened it) records a whole call: the guard's prefix test does not
+/// depend on the file's text encoding (a one-byte bound would become empty
+/// text there and refuse every update, the commit after the effect too).
+#[test]
+fn a_utf16_file_records_a_whole_call() {
+    for encoding in ["UTF-16le", "UTF-16be"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("u16.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(&format!(
+                "PRAGMA encoding='{encoding}'; CREATE TABLE x(a); DROP TABLE x;"
+            ))
+            .unwrap();
+        let (ledger, _clock) = open_at(&path);
+        let Begin::Execute(t) = ledger
+            .begin(&op("op"), 0, &spec("c1", "pay", "{}"))
+            .unwrap()
+        else {
+            panic!("not executed");
+        };
+        ledger.commit(&t.attempt_id(), r#"{"ok":1}"#, None).unwrap();
+        ledger
+            .mark_delivered(std::slice::from_ref(&t.execution_id))
+            .unwrap();
+        drop(ledger);
+        let (again, _clock) = open_at(&path);
+        let rec = again.get(&t.execution_id).unwrap().unwrap();
+        assert_eq!(rec.status.as_str(), "result_delivered", "{encoding}");
+        assert_eq!(
+            rec.result_json.as_deref(),
+            Some(r#"{"ok":1}"#),
+            "{encoding}"
+        );
+        let used: String = Connection::open(&path)
+            .unwrap()
+            .query_row("PRAGMA encoding", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(used, encoding, "the file kept its encoding");
+    }
 }

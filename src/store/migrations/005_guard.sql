@@ -16,8 +16,11 @@
 --   bytes. Version 3 cut a copy of the new log to the old one's length with
 --   substr(); a function call in a statement also makes SQLite open a
 --   statement journal (it may raise an error). Here two comparisons do it:
---   a byte string S starts with P exactly when P <= S < P || x'FF', because
---   a log line never holds the byte 0xFF (UTF-8 never does). Where S does
+--   a byte string S starts with P exactly when P <= S < P || x'FFFF',
+--   because a log never holds the bytes FF FF (UTF-8 never holds 0xFF; in a
+--   UTF-16 file they would be U+FFFF, a noncharacter no log line writes).
+--   Two bytes, not one: a database file in UTF-16 drops a lone byte when it
+--   becomes text, which would refuse every update. Where S does
 --   not start with P, the first byte in which they differ decides both
 --   comparisons the same way, or S is shorter than P, so S < P: refused.
 --   Both logs are compared as TEXT (BINARY collation: memcmp, then length).
@@ -38,7 +41,7 @@ DROP TRIGGER executions_guard;
 CREATE TRIGGER executions_guard
 AFTER UPDATE ON executions
 WHEN (CAST(NEW.history AS TEXT) >= CAST(OLD.history AS TEXT)
-      AND CAST(NEW.history AS TEXT) < CAST(OLD.history AS TEXT) || x'FF') IS NOT 1
+      AND CAST(NEW.history AS TEXT) < CAST(OLD.history AS TEXT) || x'FFFF') IS NOT 1
   OR ((OLD.status = 'committed' OR OLD.status = 'result_delivered')
       AND (NOT (NEW.status = 'result_delivered' OR NEW.status = OLD.status)
            OR NEW.result_json IS NOT OLD.result_json))
