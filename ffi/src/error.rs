@@ -169,7 +169,7 @@ impl From<StorageError> for LedgerError {
         use StorageError as S;
         let kind = match &e {
             S::Suspended => return LedgerError::Suspended,
-            S::LockPoisoned => {
+            S::LockPoisoned | S::TransactionEnded => {
                 return LedgerError::Internal {
                     message: e.to_string(),
                 }
