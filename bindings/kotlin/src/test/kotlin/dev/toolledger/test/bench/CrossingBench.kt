@@ -44,6 +44,7 @@ import dev.toolledger.ktx.toolDescriptor
 import java.nio.file.Files
 import java.nio.file.Path
 import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.asCoroutineDispatcher
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withContext
 
@@ -102,6 +103,13 @@ fun main(args: Array<String>) {
         SuspendLedger(native),
         tools = listOf(NoopSync("noop_sync", EffectClass.SIDE_EFFECT), NoopSync("noop_read_sync", EffectClass.READ_ONLY)),
     )
+    // The same executor's SyncTool calls through one dedicated thread
+    // instead of Dispatchers.IO (`driven_suspend_own_thread`): whether a
+    // thread kept for the ledger's steps makes the hop cheaper.
+    val ownThread = java.util.concurrent.Executors.newSingleThreadExecutor { Thread(it, "toolledger-steps").apply { isDaemon = true } }
+    val ktxOwn = ktx?.let { Executor(ToolExecutor(native, ExecutorConfig()), ownThread.asCoroutineDispatcher()) }
+    ktxOwn?.register(NoopSync("noop_sync", EffectClass.SIDE_EFFECT))
+    ktxOwn?.register(NoopSync("noop_read_sync", EffectClass.READ_ONLY))
     var next = 0
     fun newId() = "kt_${next++}"
 
@@ -116,6 +124,7 @@ fun main(args: Array<String>) {
     fun callback(c: ToolCall) = check(runBlocking { generated.execute("crossing", 2u, c) })
     fun blocking(c: ToolCall) = check(ktx!!.executeBlocking("crossing", 2, c))
     fun suspending(c: ToolCall) = check(runBlocking { ktx!!.execute("crossing", 2, c) })
+    fun ownThread(c: ToolCall) = check(runBlocking { ktxOwn!!.execute("crossing", 2, c) })
 
     val replayed = call("replayed", "noop")
     val replayedSync = call("replayed", "noop_sync")
@@ -127,16 +136,19 @@ fun main(args: Array<String>) {
             "kotlin_callback" to { callback(call(newId(), "noop")) },
             ktx?.let { "kotlin_driven_blocking" to { blocking(call(newId(), "noop_sync")) } },
             ktx?.let { "kotlin_driven_suspend" to { suspending(call(newId(), "noop_sync")) } },
+            ktx?.let { "kotlin_driven_suspend_own_thread" to { ownThread(call(newId(), "noop_sync")) } },
         ),
         "replay" to listOfNotNull(
             "kotlin_callback" to { callback(replayed) },
             ktx?.let { "kotlin_driven_blocking" to { blocking(replayedSync) } },
             ktx?.let { "kotlin_driven_suspend" to { suspending(replayedSync) } },
+            ktx?.let { "kotlin_driven_suspend_own_thread" to { ownThread(replayedSync) } },
         ),
         "read_only" to listOfNotNull(
             "kotlin_callback" to { callback(call("read", "noop_read")) },
             ktx?.let { "kotlin_driven_blocking" to { blocking(call("read", "noop_read_sync")) } },
             ktx?.let { "kotlin_driven_suspend" to { suspending(call("read", "noop_read_sync")) } },
+            ktx?.let { "kotlin_driven_suspend_own_thread" to { ownThread(call("read", "noop_read_sync")) } },
         ),
     )
     val hop = listOf("kotlin_hop" to { runBlocking { withContext(Dispatchers.IO) { } } })
