@@ -23,9 +23,9 @@ import kotlinx.coroutines.withContext
  * The [ToolExecutor] with Int rounds and attempts. Its protocol methods are
  * `suspend` and run on the library's own threads (they never block the
  * caller); the few that touch the database synchronously run on
- * [dispatcher] (`Dispatchers.IO` unless given). Cancelling the coroutine that awaits a call only
- * loses the answer: the call finishes inside the library and its outcome
- * is recorded (a repeat gets it back).
+ * [dispatcher] (`Dispatchers.IO` unless given). Cancelling the coroutine
+ * that awaits a call only loses the answer: the call finishes inside the
+ * library and its outcome is recorded (a repeat gets it back).
  *
  * A [SyncTool] is run by the caller itself, on [dispatcher] for
  * [execute] (no hop when the caller is already there) or on the calling
