@@ -20,7 +20,12 @@
 #           (a short test selection), then `swift run -c release
 #           ToolLedgerCrossingBench` in the chroot.
 #
-# Environment: CALLS (per batch, default 50), BATCHES (default 10).
+# Environment: CALLS (per batch, default 50), BATCHES (default 10),
+# BENCH_PARENT (the directory the files go under; default the repository,
+# a real disk: BENCH_PARENT=/dev/shm measures on a tmpfs, without the
+# disk's own tail), KOTLIN_MODES (default "both"; "ktx" skips the
+# --callbacks-only run), JAVA_OPTS (extra JVM options for the Kotlin runs,
+# e.g. -Xlog:gc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
@@ -33,7 +38,7 @@ cargo build --quiet --release -p toolledger-bench --bin toolledger-crossing-refe
 target_dir="$(cargo metadata --no-deps --format-version 1 \
   | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')"
 reference="$target_dir/release/toolledger-crossing-reference"
-work="$(mktemp -d -p "$repo" .bench-crossing.XXXXXX)"
+work="$(mktemp -d -p "${BENCH_PARENT:-$repo}" .bench-crossing.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 
 for lang in "${langs[@]}"; do
@@ -57,8 +62,11 @@ for lang in "${langs[@]}"; do
       build=bindings/kotlin/build
       cp=("$build/tests.jar" "$build"/toolledger-*.jar)
       cp="$(IFS=:; echo "${cp[*]}"):$KOTLIN_RUNTIME_CP"
-      for mode in "" --callbacks-only; do
-        java -cp "$cp" dev.toolledger.test.bench.CrossingBenchKt "$reference" "$work/kotlin$mode" "$CALLS" "$BATCHES" $mode
+      modes=("" --callbacks-only)
+      [ "${KOTLIN_MODES:-both}" = ktx ] && modes=("")
+      for mode in "${modes[@]}"; do
+        # shellcheck disable=SC2086 # JAVA_OPTS: words, as a shell passes them
+        java ${JAVA_OPTS:-} -cp "$cp" dev.toolledger.test.bench.CrossingBenchKt "$reference" "$work/kotlin$mode" "$CALLS" "$BATCHES" $mode
       done
       ;;
     swift)

@@ -14,6 +14,7 @@ import dev.toolledger.ToolCall
 import dev.toolledger.ToolExecutor
 import dev.toolledger.ToolHandler
 import java.util.concurrent.ConcurrentHashMap
+import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.NonCancellable
 import kotlinx.coroutines.withContext
@@ -22,18 +23,24 @@ import kotlinx.coroutines.withContext
  * The [ToolExecutor] with Int rounds and attempts. Its protocol methods are
  * `suspend` and run on the library's own threads (they never block the
  * caller); the few that touch the database synchronously run on
- * `Dispatchers.IO` here. Cancelling the coroutine that awaits a call only
- * loses the answer: the call finishes inside the library and its outcome
- * is recorded (a repeat gets it back).
+ * [dispatcher] (`Dispatchers.IO` unless given). Cancelling the coroutine
+ * that awaits a call only loses the answer: the call finishes inside the
+ * library and its outcome is recorded (a repeat gets it back).
  *
- * A [SyncTool] is run by the caller itself, on `Dispatchers.IO` for
+ * A [SyncTool] is run by the caller itself, on [dispatcher] for
  * [execute] (no hop when the caller is already there) or on the calling
  * thread for [executeBlocking], through the library's caller-driven steps:
  * no hop to the library's threads and no callback into the JVM.
  */
-class Executor(
+class Executor @JvmOverloads constructor(
     /** The generated executor underneath. */
     val executor: ToolExecutor,
+    /**
+     * Where [execute] runs a [SyncTool] call and where the methods that
+     * touch the database synchronously run: `Dispatchers.IO` unless given
+     * (over a [SuspendLedger], its dispatcher).
+     */
+    val dispatcher: CoroutineDispatcher = Dispatchers.IO,
 ) : AutoCloseable {
     init {
         AttachedCallbacks.ensure()
@@ -42,13 +49,16 @@ class Executor(
     /** The registered tools this layer runs itself, by name. */
     private val syncTools = ConcurrentHashMap<String, SyncTool>()
 
-    /** An executor over [ledger] with [config] and [tools] registered. */
+    /**
+     * An executor over [ledger] with [config] and [tools] registered; its
+     * [SyncTool] calls run on the ledger's dispatcher.
+     */
     @JvmOverloads
     constructor(
         ledger: SuspendLedger,
         config: ExecutorConfig = executorConfig(),
         tools: List<ToolHandler> = emptyList(),
-    ) : this(ToolExecutor(ledger.ledger, config)) {
+    ) : this(ToolExecutor(ledger.ledger, config), ledger.dispatcher) {
         tools.forEach(::register)
     }
 
@@ -62,14 +72,21 @@ class Executor(
 
     /**
      * Runs one tool call (replay, approval, or a run with durable intent and
-     * result). A [SyncTool] runs on `Dispatchers.IO` in this coroutine's
+     * result). A [SyncTool] runs on [dispatcher] in this coroutine's
      * place; once started it finishes even if the coroutine is cancelled
      * (only the answer is lost, as for every other tool).
+     *
+     * A replay goes there too, though it only reads: the ledger has one
+     * connection, whose lock another call holds across its fsync (and the
+     * deadline flush of deferred commits across its own), and the library
+     * has no attempt that gives up instead of waiting for it; so answering
+     * on the caller's thread could hold the main thread on the disk. The
+     * hop costs two thread wake-ups (docs/performance.md, `hop`).
      */
     suspend fun execute(operationId: String, round: Int, call: ToolCall): CallOutcome {
         val tool = syncTools[call.toolName] ?: return executor.execute(operationId, round.toU("round"), call)
         val r = round.toU("round")
-        return withContext(Dispatchers.IO + NonCancellable) {
+        return withContext(dispatcher + NonCancellable) {
             drive(executor, DirectSteps.start(executor, operationId, r, call), tool)
         }
     }
@@ -108,17 +125,17 @@ class Executor(
     suspend fun compensate(original: String, operationId: String, round: Int, call: ToolCall): CallOutcome =
         executor.compensate(original, operationId, round.toU("round"), call)
 
-    /** Cancels an operation (a database write: on Dispatchers.IO). */
+    /** Cancels an operation (a database write: on [dispatcher]). */
     suspend fun cancelOperation(operationId: String): OperationStatus =
-        withContext(Dispatchers.IO) { executor.cancelOperation(operationId) }
+        withContext(dispatcher) { executor.cancelOperation(operationId) }
 
-    /** Applies a webhook event to its execution exactly once (on Dispatchers.IO). */
+    /** Applies a webhook event to its execution exactly once (on [dispatcher]). */
     suspend fun ingestWebhook(source: String, eventId: String, executionId: String, update: JobUpdate): JobApplied =
-        withContext(Dispatchers.IO) { executor.ingestWebhook(source, eventId, executionId, update) }
+        withContext(dispatcher) { executor.ingestWebhook(source, eventId, executionId, update) }
 
-    /** Applies a polled background job's state (on Dispatchers.IO). */
+    /** Applies a polled background job's state (on [dispatcher]). */
     suspend fun recordJobUpdate(executionId: String, update: JobUpdate): JobApplied =
-        withContext(Dispatchers.IO) { executor.recordJobUpdate(executionId, update) }
+        withContext(dispatcher) { executor.recordJobUpdate(executionId, update) }
 
     /** Counters and latency figures so far. */
     fun metrics(): MetricsSnapshot = executor.metrics()

@@ -40,7 +40,11 @@ import kotlinx.coroutines.withContext
 class SuspendLedger @JvmOverloads constructor(
     /** The generated ledger underneath, for what this class does not wrap. */
     val ledger: Ledger,
-    private val dispatcher: CoroutineDispatcher = Dispatchers.IO,
+    /**
+     * Where the blocking calls run (`Dispatchers.IO` unless given); an
+     * [Executor] over this ledger runs its [SyncTool] calls there too.
+     */
+    val dispatcher: CoroutineDispatcher = Dispatchers.IO,
 ) : AutoCloseable {
     companion object {
         /**

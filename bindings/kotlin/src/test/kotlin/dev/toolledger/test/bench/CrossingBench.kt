@@ -13,7 +13,12 @@
 // (ktx `Executor.executeBlocking` of a SyncTool: caller-driven steps on this
 // thread), `driven_suspend` (ktx `execute` of a SyncTool from a coroutine).
 // Also printed: the heap bytes each way allocates per call on the calling
-// thread, and the garbage collections (count, ms) while measuring.
+// thread, the garbage collections (count, ms) and the JIT's compile time
+// while measuring; for every way (Rust's too) p99/p50 and how many of the
+// calls slower than twice the p50 were the first call of their batch (the
+// call after the other side's batch, when caches are cold); and `hop`, a
+// bare round trip from a blocked caller to `Dispatchers.IO` and back (what
+// `driven_suspend` adds to `driven_blocking` by itself).
 // `--callbacks-only` measures `callback` without ever making a ktx Executor,
 // so the library's threads are attached and detached by JNA on every
 // callback, as before the ktx layer kept them attached.
@@ -38,7 +43,10 @@ import dev.toolledger.ktx.Tool
 import dev.toolledger.ktx.toolDescriptor
 import java.nio.file.Files
 import java.nio.file.Path
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.asCoroutineDispatcher
 import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withContext
 
 private val OK = PerformOutcome.Committed(resultJson = "\"ok\"", externalId = null)
 
@@ -95,6 +103,13 @@ fun main(args: Array<String>) {
         SuspendLedger(native),
         tools = listOf(NoopSync("noop_sync", EffectClass.SIDE_EFFECT), NoopSync("noop_read_sync", EffectClass.READ_ONLY)),
     )
+    // The same executor's SyncTool calls through one dedicated thread
+    // instead of Dispatchers.IO (`driven_suspend_own_thread`): whether a
+    // thread kept for the ledger's steps makes the hop cheaper.
+    val ownThread = java.util.concurrent.Executors.newSingleThreadExecutor { Thread(it, "toolledger-steps").apply { isDaemon = true } }
+    val ktxOwn = ktx?.let { Executor(ToolExecutor(native, ExecutorConfig()), ownThread.asCoroutineDispatcher()) }
+    ktxOwn?.register(NoopSync("noop_sync", EffectClass.SIDE_EFFECT))
+    ktxOwn?.register(NoopSync("noop_read_sync", EffectClass.READ_ONLY))
     var next = 0
     fun newId() = "kt_${next++}"
 
@@ -109,6 +124,7 @@ fun main(args: Array<String>) {
     fun callback(c: ToolCall) = check(runBlocking { generated.execute("crossing", 2u, c) })
     fun blocking(c: ToolCall) = check(ktx!!.executeBlocking("crossing", 2, c))
     fun suspending(c: ToolCall) = check(runBlocking { ktx!!.execute("crossing", 2, c) })
+    fun ownThread(c: ToolCall) = check(runBlocking { ktxOwn!!.execute("crossing", 2, c) })
 
     val replayed = call("replayed", "noop")
     val replayedSync = call("replayed", "noop_sync")
@@ -120,20 +136,33 @@ fun main(args: Array<String>) {
             "kotlin_callback" to { callback(call(newId(), "noop")) },
             ktx?.let { "kotlin_driven_blocking" to { blocking(call(newId(), "noop_sync")) } },
             ktx?.let { "kotlin_driven_suspend" to { suspending(call(newId(), "noop_sync")) } },
+            ktx?.let { "kotlin_driven_suspend_own_thread" to { ownThread(call(newId(), "noop_sync")) } },
         ),
         "replay" to listOfNotNull(
             "kotlin_callback" to { callback(replayed) },
             ktx?.let { "kotlin_driven_blocking" to { blocking(replayedSync) } },
             ktx?.let { "kotlin_driven_suspend" to { suspending(replayedSync) } },
+            ktx?.let { "kotlin_driven_suspend_own_thread" to { ownThread(replayedSync) } },
         ),
         "read_only" to listOfNotNull(
             "kotlin_callback" to { callback(call("read", "noop_read")) },
             ktx?.let { "kotlin_driven_blocking" to { blocking(call("read", "noop_read_sync")) } },
             ktx?.let { "kotlin_driven_suspend" to { suspending(call("read", "noop_read_sync")) } },
+            ktx?.let { "kotlin_driven_suspend_own_thread" to { ownThread(call("read", "noop_read_sync")) } },
         ),
     )
-    // Warm-up: the JIT compiles the paths before anything is measured.
-    repeat(2) { variants.values.flatten().forEach { (_, fn) -> repeat(calls) { fn() } } }
+    val hop = listOf("kotlin_hop" to { runBlocking { withContext(Dispatchers.IO) { } } })
+    // Warm-up: the JIT compiles the paths before anything is measured —
+    // rounds of every way until a round keeps the compiler busy for less
+    // than 20 ms (at least 2 rounds, at most 20): compiling while measuring
+    // takes a core from the calls on a 2-core machine and lands in the tail.
+    val jit = java.lang.management.ManagementFactory.getCompilationMXBean()
+    var warmRounds = 0
+    do {
+        val before = jit.totalCompilationTime
+        (variants.values.flatten() + hop).forEach { (_, fn) -> repeat(calls) { fn() } }
+        warmRounds++
+    } while (warmRounds < 20 && (warmRounds < 2 || jit.totalCompilationTime - before >= 20))
     // Heap bytes each way allocates per call on the calling thread (the
     // suspending way's I/O thread is not counted), after the warm-up.
     val threads = java.lang.management.ManagementFactory.getThreadMXBean() as com.sun.management.ThreadMXBean
@@ -147,10 +176,13 @@ fun main(args: Array<String>) {
     val gcs = java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     val gcCount0 = gcs.sumOf { it.collectionCount }
     val gcMs0 = gcs.sumOf { it.collectionTime }
+    val jitMs0 = jit.totalCompilationTime
     val samples = mutableMapOf<String, MutableList<Long>>()
     repeat(batches) {
-        for ((figure, ways) in variants) {
-            samples.getOrPut("${figure}_rust") { mutableListOf() }.addAll(rust.batch(figure, calls))
+        for ((figure, ways) in variants + ("hop" to hop)) {
+            if (figure != "hop") {
+                samples.getOrPut("${figure}_rust") { mutableListOf() }.addAll(rust.batch(figure, calls))
+            }
             for ((name, fn) in ways) {
                 val out = samples.getOrPut("${figure}_$name") { mutableListOf() }
                 repeat(calls) {
@@ -163,23 +195,45 @@ fun main(args: Array<String>) {
     }
     val gcCount = gcs.sumOf { it.collectionCount } - gcCount0
     val gcMs = gcs.sumOf { it.collectionTime } - gcMs0
+    val jitMs = jit.totalCompilationTime - jitMs0
     rust.close()
     val load = java.lang.management.ManagementFactory.getOperatingSystemMXBean().systemLoadAverage
     val heapMb = Runtime.getRuntime().maxMemory() / (1024 * 1024)
     println("dir=$dir calls=$calls batches=$batches load=${"%.1f".format(load)} callbacks_only=$callbacksOnly")
-    println("max_heap_mb=$heapMb gc_collections_while_measuring=$gcCount gc_ms_while_measuring=$gcMs")
+    println(
+        "max_heap_mb=$heapMb gc_collections_while_measuring=$gcCount gc_ms_while_measuring=$gcMs " +
+            "jit_ms_while_measuring=$jitMs warmup_rounds=$warmRounds",
+    )
+    // p99/p50; the calls slower than 2×p50: how many, and how many of those
+    // were the first call of their batch (right after the other side's
+    // batch); and p99/p50 without those first calls (`_warm`): 10 cold
+    // first calls in 500 are the p99 by themselves, on either side.
+    fun ratio(s: List<Long>) = "%.2f".format(pct(s, 0.99).toDouble() / maxOf(1, pct(s, 0.5)))
+    fun tail(key: String, s: List<Long>): String {
+        val p50 = pct(s, 0.5)
+        val slow = s.withIndex().filter { (_, v) -> v > 2 * p50 * 1000 }
+        val warm = s.filterIndexed { i, _ -> i % calls != 0 }
+        return "${key}_p99_over_p50=${ratio(s)} ${key}_slow=${slow.size} " +
+            "${key}_slow_first_of_batch=${slow.count { (i, _) -> i % calls == 0 }} " +
+            "${key}_warm_p99_us=${pct(warm, 0.99)} ${key}_warm_p99_over_p50=${ratio(warm)}"
+    }
     for ((figure, ways) in variants) {
         val r = samples.getValue("${figure}_rust")
         val r50 = pct(r, 0.5)
-        println("${figure}_rust_p50_us=$r50 ${figure}_rust_p99_us=${pct(r, 0.99)}")
+        println("${figure}_rust_p50_us=$r50 ${figure}_rust_p99_us=${pct(r, 0.99)} ${tail("${figure}_rust", r)}")
         for ((name, _) in ways) {
             val s = samples.getValue("${figure}_$name")
             val p50 = pct(s, 0.5)
             println(
                 "${figure}_${name}_p50_us=$p50 ${figure}_${name}_p99_us=${pct(s, 0.99)} " +
-                    "${figure}_${name}_over_rust_p50_us=${p50 - r50} ${figure}_${name}_alloc_bytes_per_call=${allocated["${figure}_$name"]}",
+                    "${figure}_${name}_over_rust_p50_us=${p50 - r50} ${figure}_${name}_alloc_bytes_per_call=${allocated["${figure}_$name"]} " +
+                    tail("${figure}_$name", s),
             )
         }
+    }
+    hop.forEach { (name, _) ->
+        val s = samples.getValue("hop_$name")
+        println("hop_${name}_p50_us=${pct(s, 0.5)} hop_${name}_p99_us=${pct(s, 0.99)} ${tail("hop_$name", s)}")
     }
     ktx?.close()
     generated.close()
