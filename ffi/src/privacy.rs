@@ -361,15 +361,7 @@ mod tests {
     fn every_observer_hears_every_move_until_removed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l.db").to_string_lossy().into_owned();
-        let config = LedgerConfig {
-            lease_ms: 60_000,
-            busy_timeout_ms: 5_000,
-            max_json_depth: 64,
-            max_json_bytes: 1 << 20,
-            deferred_commits: true,
-            deferred_deadline_ms: 1_000,
-            reconcile_within_ms: None,
-        };
+        let config = LedgerConfig::for_tests();
         let ledger = Ledger::open(path, config, None).unwrap();
         let (primary, first, second) = (
             Arc::new(Heard::default()),

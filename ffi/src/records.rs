@@ -475,6 +475,23 @@ pub struct LedgerConfig {
     pub reconcile_within_ms: Option<u64>,
 }
 
+#[cfg(test)]
+impl LedgerConfig {
+    /// The foreign languages' defaults (the `#[uniffi(default)]`s above),
+    /// for the crate's own tests.
+    pub(crate) fn for_tests() -> LedgerConfig {
+        LedgerConfig {
+            lease_ms: 60_000,
+            busy_timeout_ms: 5_000,
+            max_json_depth: 64,
+            max_json_bytes: 1 << 20,
+            deferred_commits: true,
+            deferred_deadline_ms: 1_000,
+            reconcile_within_ms: None,
+        }
+    }
+}
+
 impl From<LedgerConfig> for ledger::LedgerConfig {
     fn from(c: LedgerConfig) -> ledger::LedgerConfig {
         ledger::LedgerConfig {

@@ -49,25 +49,47 @@ fn an_empty_file_is_migrated_to_the_current_version_in_wal_mode() {
     );
 }
 
+/// A new file with the schema of `version` (3 or later) as that version
+/// wrote it: the frozen migrations of the repository, applied in order.
+/// Version 3's migration has a Rust step between its two SQL parts (writing
+/// log lines from old rows): a no-op on the empty tables here.
+fn frozen_schema(path: &std::path::Path, version: i64) -> Connection {
+    const STEPS: [(i64, &str); 5] = [
+        (
+            1,
+            include_str!("../../src/store/migrations/001_initial.sql"),
+        ),
+        (
+            2,
+            include_str!("../../src/store/migrations/002_retention.sql"),
+        ),
+        (
+            3,
+            include_str!("../../src/store/migrations/003_hot_path.sql"),
+        ),
+        (
+            3,
+            include_str!("../../src/store/migrations/003_hot_path_swap.sql"),
+        ),
+        (4, include_str!("../../src/store/migrations/004_owners.sql")),
+    ];
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch("PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL;")
+        .unwrap();
+    for (_, sql) in STEPS.iter().filter(|(v, _)| *v <= version) {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.execute_batch(&format!("PRAGMA user_version = {version};"))
+        .unwrap();
+    conn
+}
+
 /// A version 3 database as version 3 wrote it (its own migrations, frozen
 /// in the repository), holding: a call committed with a digest of version 3
 /// (numbers read as doubles), an `executing` row with a wall-clock lease of a
 /// session that is gone, and a tombstone.
 fn v3_database(path: &std::path::Path) -> (String, String) {
-    let conn = Connection::open(path).unwrap();
-    conn.execute_batch("PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL;")
-        .unwrap();
-    for sql in [
-        include_str!("../../src/store/migrations/001_initial.sql"),
-        include_str!("../../src/store/migrations/002_retention.sql"),
-        // Version 3's migration has a Rust step between its two SQL parts
-        // (writing log lines from old rows): a no-op on empty tables.
-        include_str!("../../src/store/migrations/003_hot_path.sql"),
-        include_str!("../../src/store/migrations/003_hot_path_swap.sql"),
-    ] {
-        conn.execute_batch(sql).unwrap();
-    }
-    conn.execute_batch("PRAGMA user_version = 3;").unwrap();
+    let conn = frozen_schema(path, 3);
     // Version 3 digested {"account":12345678901234567} as a double.
     let legacy = toolledger::model::digest_with(
         toolledger::model::DigestScheme::NearestDouble,
@@ -371,19 +393,7 @@ fn a_missing_directory_is_a_typed_error() {
 /// A version 4 database as version 4 wrote it (its own migrations, frozen in
 /// the repository), holding a delivered call and a committed one.
 fn v4_database(path: &std::path::Path) -> (String, String) {
-    let conn = Connection::open(path).unwrap();
-    conn.execute_batch("PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL;")
-        .unwrap();
-    for sql in [
-        include_str!("../../src/store/migrations/001_initial.sql"),
-        include_str!("../../src/store/migrations/002_retention.sql"),
-        include_str!("../../src/store/migrations/003_hot_path.sql"),
-        include_str!("../../src/store/migrations/003_hot_path_swap.sql"),
-        include_str!("../../src/store/migrations/004_owners.sql"),
-    ] {
-        conn.execute_batch(sql).unwrap();
-    }
-    conn.execute_batch("PRAGMA user_version = 4;").unwrap();
+    let conn = frozen_schema(path, 4);
     let digest = toolledger::model::digest_arguments("pay", 1, "{}", &Default::default()).unwrap();
     conn.execute("INSERT INTO operations VALUES ('o', 'open', 1, 1)", [])
         .unwrap();
