@@ -22,6 +22,10 @@
 //! length in the header; the caller makes a buffer large enough and calls
 //! [`toolledger_direct_take`] on the same thread. Nothing runs twice.
 //!
+//! [`STEP_START_NOW`] is `start_now`: `start`'s request, answered at once
+//! (a replay) or [`WOULD_BLOCK`] (nothing ran): the suspending layers try it
+//! on the caller's thread before they hop to a thread that may wait.
+//!
 //! [`toolledger_direct_step_borrowed`] is the same step with the object's
 //! own handle borrowed, not a clone consumed (Python's layer: no clone
 //! call per step), and [`STEP_REPORT_ATTEMPT`] reports a side-effecting
@@ -58,6 +62,10 @@ pub const NEEDS_SPACE: i32 = 3;
 /// The C call's own arguments are wrong (a null or short buffer, no
 /// answer kept to take); nothing ran and the header is not set.
 pub const BAD_CALL: i32 = 4;
+/// [`STEP_START_NOW`] could not answer without waiting (or has no answer
+/// that needs no write): nothing ran; make the call with [`STEP_START`]
+/// where waiting is allowed. The header is set to 0.
+pub const WOULD_BLOCK: i32 = 5;
 
 /// `start(operation_id, round, call)`.
 pub const STEP_START: i32 = 1;
@@ -71,6 +79,9 @@ pub const STEP_REPORT_LOOKUP_ERROR: i32 = 4;
 pub const STEP_RETRY: i32 = 5;
 /// `report_attempt(execution_id, attempt, outcome)`.
 pub const STEP_REPORT_ATTEMPT: i32 = 6;
+/// `start_now(operation_id, round, call)`: `start`'s request; [`OK`] with
+/// the step when it answers at once (a replay), else [`WOULD_BLOCK`].
+pub const STEP_START_NOW: i32 = 7;
 
 thread_local! {
     /// An answer that did not fit, kept for this thread's next take.
@@ -82,8 +93,8 @@ thread_local! {
 /// `handle` is an owned handle (what the generated `uniffiCloneHandle()`
 /// returns; consumed here). `buf` points at `capacity` bytes the caller
 /// owns, the request serialized at `HEADER` (`input_len` bytes). Returns
-/// [`OK`], [`ERROR`], [`PANIC`] or [`NEEDS_SPACE`] and sets the header, or
-/// [`BAD_CALL`].
+/// [`OK`], [`ERROR`], [`PANIC`], [`NEEDS_SPACE`] or (for [`STEP_START_NOW`])
+/// [`WOULD_BLOCK`] and sets the header, or [`BAD_CALL`].
 ///
 /// `buf` is an address as a `u64` (the same signature on 32- and 64-bit
 /// targets).
@@ -164,7 +175,8 @@ unsafe fn step_in(
     let memory = unsafe { std::slice::from_raw_parts_mut(buf, capacity) };
     let request = &memory[HEADER..HEADER + input_len];
     let (code, bytes) = match catch_unwind(AssertUnwindSafe(|| run(executor, step, request))) {
-        Ok(Ok(Ok(next))) => (OK, lowered(next)),
+        Ok(Ok(Ok(Some(next)))) => (OK, lowered(next)),
+        Ok(Ok(Ok(None))) => (WOULD_BLOCK, Vec::new()),
         Ok(Ok(Err(error))) => (ERROR, lowered(error)),
         Ok(Err(bug)) => (PANIC, bug.into_bytes()),
         Err(_) => (PANIC, b"toolledger: a caller-driven step panicked".to_vec()),
@@ -202,14 +214,15 @@ pub unsafe extern "C" fn toolledger_direct_take(buf: u64, capacity: u64) -> i32 
 
 /// One step: the request parsed with the generated code's converters, the
 /// `driven` method called. `Err(String)` is a request that does not parse.
+/// `Ok(None)`: [`STEP_START_NOW`] would block.
 fn run(
     executor: &ToolExecutor,
     step: i32,
     mut request: &[u8],
-) -> Result<Result<CallerStep, LedgerError>, String> {
+) -> Result<Result<Option<CallerStep>, LedgerError>, String> {
     let r = &mut request;
     let answer = match step {
-        STEP_START => {
+        STEP_START | STEP_START_NOW => {
             let operation_id = match <OperationId as Lift<UniFfiTag>>::try_read(r) {
                 Ok(id) => id,
                 // An id the validating converter refused: the error it carries.
@@ -218,6 +231,9 @@ fn run(
             let round = read::<u32>(r)?;
             let call = read::<ToolCall>(r)?;
             done(r)?;
+            if step == STEP_START_NOW {
+                return Ok(executor.start_now(operation_id, round, call));
+            }
             executor.start(operation_id, round, call)
         }
         STEP_REPORT => {
@@ -255,7 +271,7 @@ fn run(
         }
         other => return Err(format!("toolledger_direct_step: unknown step {other}")),
     };
-    Ok(answer)
+    Ok(answer.map(Some))
 }
 
 fn read<T: Lift<UniFfiTag>>(r: &mut &[u8]) -> Result<T, String> {
@@ -526,6 +542,97 @@ mod tests {
             ))
             .unwrap(),
         );
+        assert_eq!(Arc::strong_count(&executor), 1);
+    }
+
+    /// A side-effecting tool the steps never call back (the caller runs it).
+    struct Quiet;
+
+    #[async_trait::async_trait]
+    impl crate::tool::ToolHandler for Quiet {
+        fn descriptor(&self) -> Result<crate::tool::ToolDescriptor, crate::tool::ToolCallError> {
+            Ok(crate::tool::ToolDescriptor {
+                name: "send".into(),
+                version: 1,
+                effect: crate::tool::EffectClass::SideEffect,
+                batch: crate::tool::BatchMode::Atomic,
+                idempotency_key: true,
+                lookup: false,
+                requires_approval: false,
+                landing_window_ms: 0,
+                key_lifetime_ms: None,
+            })
+        }
+        async fn perform(
+            &self,
+            _: crate::tool::ToolRequest,
+        ) -> Result<PerformOutcome, crate::tool::ToolCallError> {
+            unreachable!("caller-driven: the library never calls the tool back")
+        }
+        async fn lookup(
+            &self,
+            _: crate::tool::ToolRequest,
+        ) -> Result<LookupOutcome, crate::tool::ToolCallError> {
+            unreachable!("caller-driven: the library never calls the tool back")
+        }
+        fn approval_preview(
+            &self,
+            _: String,
+        ) -> Result<Option<String>, crate::tool::ToolCallError> {
+            Ok(None)
+        }
+    }
+
+    #[test]
+    fn start_now_answers_a_replay_as_start_does_and_would_block_for_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let executor = executor(&dir);
+        executor.register(Arc::new(Quiet)).unwrap();
+
+        // An unknown tool: the same typed error as `start`, byte for byte.
+        let unknown = start_request("op_1", "nobody");
+        assert_eq!(
+            step(&executor, STEP_START_NOW, &unknown, 4096),
+            step(&executor, STEP_START, &unknown, 4096)
+        );
+
+        // A new call: would block, nothing recorded, the header set to 0.
+        let request = start_request("op_1", "send");
+        let (code, answer) = step(&executor, STEP_START_NOW, &request, 4096);
+        assert_eq!((code, answer.len()), (WOULD_BLOCK, 0));
+        let op = OperationId::new("op_1").unwrap();
+        assert!(executor.inner.ledger().list(&op).unwrap().is_empty());
+
+        // Run it, commit it; then the replay answers at once, exactly as `start`.
+        let (code, answer) = step(&executor, STEP_START, &request, 4096);
+        assert_eq!(code, OK);
+        let CallerStep::Perform { attempt } =
+            <CallerStep as Lift<UniFfiTag>>::try_read(&mut answer.as_slice()).unwrap()
+        else {
+            panic!("a new call is performed");
+        };
+        executor
+            .report(
+                attempt,
+                PerformOutcome::Committed {
+                    result_json: "{\"sent\":1}".into(),
+                    external_id: Some("msg_1".into()),
+                },
+            )
+            .unwrap();
+        let now = step(&executor, STEP_START_NOW, &request, 4096);
+        assert_eq!(now.0, OK);
+        assert_eq!(now, step(&executor, STEP_START, &request, 4096));
+        let CallerStep::Done { outcome } =
+            <CallerStep as Lift<UniFfiTag>>::try_read(&mut now.1.as_slice()).unwrap()
+        else {
+            panic!("a replay is done");
+        };
+        assert!(matches!(
+            outcome,
+            crate::outcome::CallOutcome::Completed { replayed: true, ref result_json, .. }
+                if result_json == "{\"sent\":1}"
+        ));
         assert_eq!(Arc::strong_count(&executor), 1);
     }
 

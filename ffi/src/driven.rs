@@ -124,6 +124,29 @@ impl ToolExecutor {
         Ok(self.inner.start(&operation_id, round, call.into())?.into())
     }
 
+    /// `start` answered at once, without waiting: a replay of a call that
+    /// committed with the same arguments (exactly `start`'s answer), read
+    /// only if the ledger's connection is free at this moment; `None` for
+    /// anything else (a new call, a read-only tool, any other stored state)
+    /// and whenever answering would wait for the disk or another call —
+    /// then call `start` where waiting is allowed. Writes nothing. For a
+    /// caller that must not block, such as an app's main thread.
+    ///
+    /// # Errors
+    /// As `start` for bad input and an unknown tool (nothing recorded);
+    /// `Suspended` for a suspended ledger, as `start`; `Storage`.
+    pub fn start_now(
+        &self,
+        operation_id: OperationId,
+        round: u32,
+        call: ToolCall,
+    ) -> Result<Option<CallerStep>> {
+        Ok(self
+            .inner
+            .start_now(&operation_id, round, &call.into())?
+            .map(Into::into))
+    }
+
     /// Reports what the tool did for a `Perform` attempt (`Unknown` when it
     /// threw or the caller gave up) and answers what to do next. A stale
     /// report (another attempt superseded it) changes nothing — a result it

@@ -34,12 +34,14 @@
 //! the tool and owns its deadline). Independent batch tools are not offered
 //! (their items are steps of their own): run them through `execute`.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::protocol::{request_for, Reconciling, Step};
 use super::readonly::{self, ReadOnlyNext};
 use super::tool::{
-    BatchMode, EffectClass, LookupOutcome, PerformOutcome, ToolDescriptor, ToolError, ToolRequest,
+    BatchMode, EffectClass, LookupOutcome, PerformOutcome, ToolDescriptor, ToolError, ToolHandler,
+    ToolRequest,
 };
 use super::{CallOutcome, Error, Executor, Result};
 use crate::crashpoint::{self, CrashPoint};
@@ -96,19 +98,7 @@ impl Executor {
     /// recorded), storage failures (nothing handed out without its durable
     /// intent); [`Error::CallerDriven`] for an independent batch tool.
     pub fn start(&self, op: &OperationId, round: u32, call: ToolCall) -> Result<CallerStep> {
-        let tool = self.tool(&call.tool_name)?;
-        let desc = tool.descriptor();
-        if desc.batch == BatchMode::Independent {
-            return Err(Error::CallerDriven(desc.name));
-        }
-        let max = self.ledger().config().json_limits.max_bytes;
-        if call.arguments.len() > max {
-            return Err(crate::model::JsonError::TooLarge {
-                size: call.arguments.len(),
-                max,
-            }
-            .into());
-        }
+        let (tool, desc) = self.startable(&call)?;
         if desc.effect == EffectClass::ReadOnly {
             let request = readonly::prepare(self, op, round, &call, &desc)?;
             self.metrics_sink().attempt();
@@ -136,6 +126,63 @@ impl Executor {
         }
         let step = self.first_step(tool.as_ref(), begin)?;
         self.hand_over(&desc, step)
+    }
+
+    /// [`Executor::start`] answered at once, on the caller's thread, where
+    /// it needs no write and no wait: the replay of a call that committed
+    /// with the same arguments (`CallerStep::Done`, exactly `start`'s
+    /// answer), read only if the ledger's connection is free at this moment
+    /// ([`crate::ledger::Ledger::begin_now`]). `Ok(None)` — call `start`,
+    /// where waiting is allowed — for a new call, any other stored state, a
+    /// read-only tool (its tool must run) and whenever the read would wait
+    /// (another call holds the connection across its fsync, or SQLite is
+    /// busy). Nothing is written or queued, whatever the answer.
+    ///
+    /// # Errors
+    /// As `start` for what it checks first: [`Error::UnknownTool`], bad
+    /// input (nothing recorded), [`Error::CallerDriven`]; a suspended
+    /// ledger's `Suspended`, as `start`; storage errors of the read.
+    pub fn start_now(
+        &self,
+        op: &OperationId,
+        round: u32,
+        call: &ToolCall,
+    ) -> Result<Option<CallerStep>> {
+        let (tool, desc) = self.startable(call)?;
+        if desc.effect == EffectClass::ReadOnly {
+            return Ok(None);
+        }
+        let spec = CallSpec {
+            call: call.clone(),
+            tool_version: desc.version,
+            requires_approval: desc.requires_approval,
+            downstream: desc.downstream(),
+        };
+        let Some(begin) = self.ledger().begin_now(op, round, &spec)? else {
+            return Ok(None);
+        };
+        let step = self.first_step(tool.as_ref(), begin)?;
+        self.hand_over(&desc, step).map(Some)
+    }
+
+    /// The checks `start` and `start_now` make before anything else: the
+    /// tool is registered, not an independent batch, the arguments within
+    /// the size limit.
+    fn startable(&self, call: &ToolCall) -> Result<(Arc<dyn ToolHandler>, ToolDescriptor)> {
+        let tool = self.tool(&call.tool_name)?;
+        let desc = tool.descriptor();
+        if desc.batch == BatchMode::Independent {
+            return Err(Error::CallerDriven(desc.name));
+        }
+        let max = self.ledger().config().json_limits.max_bytes;
+        if call.arguments.len() > max {
+            return Err(crate::model::JsonError::TooLarge {
+                size: call.arguments.len(),
+                max,
+            }
+            .into());
+        }
+        Ok((tool, desc))
     }
 
     /// Reports what the tool did for a [`CallerStep::Perform`] attempt

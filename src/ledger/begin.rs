@@ -162,6 +162,49 @@ impl Ledger {
         })
     }
 
+    /// [`Ledger::begin`] of one call, answered at once where that needs no
+    /// write and no wait: the replay of an execution that committed with
+    /// the same digest, read without waiting for the store
+    /// ([`Ledger::read_now`]). `Ok(None)` for everything else — a new call,
+    /// any other stored state, a record digested by an older scheme — and
+    /// whenever the read would wait (the store's connection held by another
+    /// call, SQLite busy): then `begin` answers, on a thread that may wait.
+    /// Writes nothing and queues nothing (`begin` queues no delivery mark
+    /// for a replay either). For a caller that must not block, such as an
+    /// app's main thread.
+    ///
+    /// # Errors
+    /// As `begin` for bad input ([`Error::Json`], [`Error::Id`]: nothing
+    /// recorded); [`Error::Store`] with `Suspended` for a suspended
+    /// ledger, as `begin`; storage errors of the read.
+    pub fn begin_now(
+        &self,
+        op: &OperationId,
+        round: u32,
+        spec: &CallSpec,
+    ) -> Result<Option<Begin>> {
+        let mut p = self.prepare_plain(op, round, spec)?;
+        p.args.digest = match self.store.stored_digest_now(p.args.digest)? {
+            Some(digest) => digest,
+            None => return Ok(None),
+        };
+        // `replays_only`'s rule, for the current digest scheme only (an
+        // older one compares through the keys again, which may wait).
+        let answer = self.read_now(|dao| {
+            Ok(match dao.execution(&p.id)? {
+                Some(rec)
+                    if rec.status.is_committed()
+                        && rec.digest_scheme == DigestScheme::Exact
+                        && rec.args_digest == p.args.digest =>
+                {
+                    Some(Begin::Replay(StoredResult::of(&rec)))
+                }
+                _ => None,
+            })
+        })?;
+        Ok(answer.flatten())
+    }
+
     /// Begins a compensation of the committed execution `original`: a new
     /// execution with its own id (`<own>:compensates:<original>`), its own
     /// approval and downstream key, linked to the original. Whether it needs
@@ -223,6 +266,20 @@ impl Ledger {
         round: u32,
         spec: &'a CallSpec,
     ) -> Result<Prepared<'a>> {
+        let mut prepared = self.prepare_plain(op, round, spec)?;
+        // In an encrypted ledger the digest stored and compared is keyed.
+        prepared.args.digest = self.store.stored_digest(prepared.args.digest)?;
+        Ok(prepared)
+    }
+
+    /// The call checked, its id derived and its arguments digested (plain:
+    /// not keyed yet). The same bad-input errors as [`Ledger::begin`].
+    fn prepare_plain<'a>(
+        &self,
+        op: &OperationId,
+        round: u32,
+        spec: &'a CallSpec,
+    ) -> Result<Prepared<'a>> {
         let id = ExecutionId::derive(&ExecutionIdParts {
             operation: op,
             round,
@@ -230,14 +287,12 @@ impl Ledger {
             tool_name: &spec.call.tool_name,
             tool_version: spec.tool_version,
         })?;
-        let mut args = crate::model::digest_arguments(
+        let args = crate::model::digest_arguments(
             &spec.call.tool_name,
             spec.tool_version,
             &spec.call.arguments,
             &self.config.json_limits,
         )?;
-        // In an encrypted ledger the digest stored and compared is keyed.
-        args.digest = self.store.stored_digest(args.digest)?;
         Ok(Prepared { spec, id, args })
     }
 

@@ -90,6 +90,14 @@ impl GuardedStore {
         self.0.reseal(key)
     }
 
+    /// See `Store::stored_digest_now`.
+    pub(super) fn stored_digest_now(
+        &self,
+        plain: crate::model::ArgsDigest,
+    ) -> crate::store::Result<Option<crate::model::ArgsDigest>> {
+        self.0.stored_digest_now(plain)
+    }
+
     /// See `Store::set_sink`.
     pub(super) fn set_sink(
         &self,
@@ -297,6 +305,23 @@ impl Ledger {
         let marks = self.deliveries_lock().queued.clone();
         let pending = Pending { marks: &marks };
         self.store.0.read(|dao| f(dao)?.settle(&pending, dao))
+    }
+
+    /// [`Ledger::read`] only if it can run at once (`Store::read_now`):
+    /// `Ok(None)` when the store's connection is held by another call (a
+    /// commit's fsync, the deferred-commit flush, a write waiting for
+    /// another connection) or SQLite would make the read wait. The delivery
+    /// queue's lock is taken as `read` takes it (it is only ever held to
+    /// move marks in memory, never across I/O).
+    pub(super) fn read_now<T: Settle>(
+        &self,
+        f: impl FnOnce(&Dao<'_>) -> crate::store::Result<T>,
+    ) -> Result<Option<T>> {
+        let marks = self.deliveries_lock().queued.clone();
+        let pending = Pending { marks: &marks };
+        self.store
+            .0
+            .read_now(|dao| Ok(f(dao)?.settle(&pending, dao)))
     }
 
     /// Every write of the ledger goes through here: it first applies the

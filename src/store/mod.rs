@@ -41,6 +41,7 @@ mod history;
 mod hot;
 mod jobs;
 mod modes;
+mod now;
 mod operations;
 mod reseal;
 mod retention;
