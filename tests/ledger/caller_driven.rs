@@ -23,7 +23,10 @@ use toolledger_test_support::http::{encode, request_blocking};
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The caller's own tool, run inline: `POST /effects` with the key.
-fn perform(service: &Downstream, req: &ToolRequest) -> Result<PerformOutcome, ToolError> {
+pub(crate) fn perform(
+    service: &Downstream,
+    req: &ToolRequest,
+) -> Result<PerformOutcome, ToolError> {
     let resp = request_blocking(
         service.addr(),
         "POST",
@@ -65,7 +68,11 @@ fn lookup(service: &Downstream, req: &ToolRequest) -> Result<LookupOutcome, Tool
 /// Drives one call to its answer the way a binding's layer does, running
 /// the tool and its lookup inline; returns the answer and how many
 /// performs and lookups the caller ran. Bounded by the executor's attempts.
-fn drive(exec: &Executor, service: &Downstream, first: CallerStep) -> (CallOutcome, u32, u32) {
+pub(crate) fn drive(
+    exec: &Executor,
+    service: &Downstream,
+    first: CallerStep,
+) -> (CallOutcome, u32, u32) {
     let (mut performs, mut lookups) = (0, 0);
     let mut step = first;
     for _ in 0..20 {
@@ -88,7 +95,7 @@ fn drive(exec: &Executor, service: &Downstream, first: CallerStep) -> (CallOutco
     panic!("the call did not settle in 20 steps");
 }
 
-fn tool(service: &Downstream, key: bool, lookup: bool) -> Arc<HttpTool> {
+pub(crate) fn tool(service: &Downstream, key: bool, lookup: bool) -> Arc<HttpTool> {
     let desc = ToolDescriptor {
         idempotency_key: key,
         lookup,
@@ -103,7 +110,7 @@ fn executor(path: &Path, service: &Downstream, key: bool, lookup: bool) -> Execu
     exec
 }
 
-fn pay() -> ToolCall {
+pub(crate) fn pay() -> ToolCall {
     call("call_1", "pay", r#"{"amount":"12.50"}"#)
 }
 

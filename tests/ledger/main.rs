@@ -19,6 +19,7 @@ mod crash_recovery;
 mod delivery;
 mod encryption;
 mod idempotency;
+mod in_place;
 mod inspect;
 mod jobs_and_webhooks;
 mod migrations;
