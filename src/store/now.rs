@@ -130,7 +130,7 @@ mod tests {
         let other = store.clone();
         assert_eq!(bounded(move || count(&other).unwrap()), None);
         let other = store.clone();
-        let digest = ArgsDigest::parse(&"ab".repeat(32)).unwrap();
+        let digest = ArgsDigest::parse("ab".repeat(32)).unwrap();
         let plain = digest.clone();
         assert_eq!(
             bounded(move || other.stored_digest_now(plain).unwrap()),
