@@ -24,8 +24,8 @@ import java.nio.ByteBuffer
 import java.nio.ByteOrder
 
 /**
- * `ToolExecutor.start` / `report` / `reportLookup` / `reportLookupError` /
- * `retry` with the same arguments, answers and errors, through
+ * `ToolExecutor.start` / `startNow` / `report` / `reportLookup` /
+ * `reportLookupError` / `retry` with the same arguments, answers and errors, through
  * `toolledger_direct_step`: the arguments are written with the generated
  * converters into a buffer this thread owns, the library answers into the
  * same buffer. One native call per step (plus the handle clone every
@@ -35,6 +35,23 @@ internal object DirectSteps {
     fun start(executor: ToolExecutor, operationId: String, round: UInt, call: ToolCall): CallerStep =
         step(
             executor, STEP_START,
+            FfiConverterString.allocationSize(operationId) + FfiConverterUInt.allocationSize(round) +
+                FfiConverterTypeToolCall.allocationSize(call),
+        ) {
+            FfiConverterString.write(operationId, it)
+            FfiConverterUInt.write(round, it)
+            FfiConverterTypeToolCall.write(call, it)
+        }
+
+    /**
+     * `ToolExecutor.startNow`: the step when the library answers at once
+     * without waiting (a replay), `null` when the call must go through
+     * [start] on a thread that may wait (nothing ran). The same request,
+     * errors and answer as [start].
+     */
+    fun startNow(executor: ToolExecutor, operationId: String, round: UInt, call: ToolCall): CallerStep? =
+        stepOrNull(
+            executor, STEP_START_NOW,
             FfiConverterString.allocationSize(operationId) + FfiConverterUInt.allocationSize(round) +
                 FfiConverterTypeToolCall.allocationSize(call),
         ) {
@@ -82,7 +99,12 @@ internal object DirectSteps {
      * writes the answer after it, so a step made on this thread in between
      * (from a callback) cannot mix the two up.
      */
-    private inline fun step(executor: ToolExecutor, step: Int, size: ULong, write: (ByteBuffer) -> Unit): CallerStep {
+    private inline fun step(executor: ToolExecutor, step: Int, size: ULong, write: (ByteBuffer) -> Unit): CallerStep =
+        stepOrNull(executor, step, size, write)
+            ?: throw InternalException("toolledger_direct_step: step $step answered WOULD_BLOCK")
+
+    /** [step], `null` for the library's `WOULD_BLOCK` (only [STEP_START_NOW] answers it). */
+    private inline fun stepOrNull(executor: ToolExecutor, step: Int, size: ULong, write: (ByteBuffer) -> Unit): CallerStep? {
         val buf = Buffers.forRequest(HEADER + size.toLong())
         val data = buf.data
         data.clear()
@@ -98,6 +120,7 @@ internal object DirectSteps {
             code = DirectLib.toolledger_direct_take(out.address, out.capacity.toLong())
         }
         if (code == BAD_CALL) throw InternalException("toolledger_direct_step: refused its arguments")
+        if (code == WOULD_BLOCK) return null
         val len = out.header.getLong(0)
         check(len >= 0 && len <= out.capacity - HEADER) { "toolledger_direct_step: answer length $len" }
         val answer = out.data
@@ -127,11 +150,13 @@ internal object DirectSteps {
     private const val PANIC = 2
     private const val NEEDS_SPACE = 3
     private const val BAD_CALL = 4
+    private const val WOULD_BLOCK = 5
     private const val STEP_START = 1
     private const val STEP_REPORT = 2
     private const val STEP_REPORT_LOOKUP = 3
     private const val STEP_REPORT_LOOKUP_ERROR = 4
     private const val STEP_RETRY = 5
+    private const val STEP_START_NOW = 7
 }
 
 /**

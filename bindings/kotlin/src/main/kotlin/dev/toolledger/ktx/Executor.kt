@@ -2,6 +2,7 @@ package dev.toolledger.ktx
 
 import dev.toolledger.BatchMode
 import dev.toolledger.CallOutcome
+import dev.toolledger.CallerStep
 import dev.toolledger.ExecutorConfig
 import dev.toolledger.JobApplied
 import dev.toolledger.JobUpdate
@@ -28,9 +29,10 @@ import kotlinx.coroutines.withContext
  * library and its outcome is recorded (a repeat gets it back).
  *
  * A [SyncTool] is run by the caller itself, on [dispatcher] for
- * [execute] (no hop when the caller is already there) or on the calling
- * thread for [executeBlocking], through the library's caller-driven steps:
- * no hop to the library's threads and no callback into the JVM.
+ * [execute] (no hop when the caller is already there; none for a replay
+ * the library answers at once) or on the calling thread for
+ * [executeBlocking], through the library's caller-driven steps: no hop to
+ * the library's threads and no callback into the JVM.
  */
 class Executor @JvmOverloads constructor(
     /** The generated executor underneath. */
@@ -76,18 +78,23 @@ class Executor @JvmOverloads constructor(
      * place; once started it finishes even if the coroutine is cancelled
      * (only the answer is lost, as for every other tool).
      *
-     * A replay goes there too, though it only reads: the ledger has one
-     * connection, whose lock another call holds across its fsync (and the
-     * deadline flush of deferred commits across its own), and the library
-     * has no attempt that gives up instead of waiting for it; so answering
-     * on the caller's thread could hold the main thread on the disk. The
-     * hop costs two thread wake-ups (docs/performance.md, `hop`).
+     * A replay is answered on the calling thread when the library can
+     * answer it at once (`startNow`: the ledger's one connection free at
+     * this moment, a read that never waits for the disk or another call),
+     * with no hop; when it cannot — a new call, a read-only tool, the
+     * connection held by another call across its fsync or by the deferred
+     * commits' flush — the call goes to [dispatcher] as before. The calling
+     * thread (Android's main thread) never waits for the disk. Bad input
+     * and a suspended ledger throw what the dispatcher's path throws.
      */
     suspend fun execute(operationId: String, round: Int, call: ToolCall): CallOutcome {
         val tool = syncTools[call.toolName] ?: return executor.execute(operationId, round.toU("round"), call)
         val r = round.toU("round")
+        val now = DirectSteps.startNow(executor, operationId, r, call)
+        if (now is CallerStep.Done) return now.outcome
         return withContext(dispatcher + NonCancellable) {
-            drive(executor, DirectSteps.start(executor, operationId, r, call), tool)
+            // `startNow` only answers `Done`; any other step is walked there.
+            drive(executor, now ?: DirectSteps.start(executor, operationId, r, call), tool)
         }
     }
 

@@ -1,11 +1,12 @@
 // A SyncTool called through the suspending Executor.execute, as an Android
-// app calls it from a coroutine on the main thread: every step of the call
-// runs on the executor's dispatcher, never on the caller's thread — a
-// replay's too, since its read can wait for the ledger's one connection
-// while another call holds it across an fsync. A replay is exactly the
-// stored result with no new effect; a ledger that is suspended, or whose
-// write lock another connection holds, gives its exact typed error while
-// the caller's thread stays free. Effects are counted at the downstream.
+// app calls it from a coroutine on the main thread. A replay the library
+// answers at once (`startNow`: the ledger's connection free, a read that
+// never waits) comes back on the caller's thread with no dispatch; every
+// other call, and a replay while another call holds the ledger's one
+// connection, runs on the executor's dispatcher, never on the caller's
+// thread, which stays free. A replay is exactly the stored result with no new
+// effect; a suspended ledger, or one whose write lock another connection
+// holds, gives its exact typed error. Effects are counted at the downstream.
 package dev.toolledger.test
 
 import dev.toolledger.CallOutcome
@@ -27,6 +28,7 @@ import kotlin.test.assertTrue
 import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.async
 import kotlinx.coroutines.asCoroutineDispatcher
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.launch
@@ -82,17 +84,23 @@ private class WriteLockHolder(path: String) : AutoCloseable {
 }
 
 val suspendCallTests = listOf(
-    test("suspending execute: a replay is exactly the stored result and makes no new effect") {
+    test("suspending execute: a replay is answered in place, exactly the stored result, with no dispatch and no effect") {
         val downstream = downstream()
         val io = CountingIo()
         val ledger = closeAfter(SuspendLedger.open(ledgerPath, dispatcher = io))
         val tool = SyncSend(downstream, idempotencyKey = true)
         val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
-        val first = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
+        // A new call: through the dispatcher, off the caller's thread.
+        val first = onCallerThread {
+            val before = io.dispatches.get()
+            val first = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
+            assertTrue(io.dispatches.get() > before, "a new call did not go through the dispatcher")
+            assertTrue(tool.thread!! in io.threads, "the tool ran off the dispatcher")
+            first
+        }
         assertFalse(first.replayed)
         val stored = ledger.get(first.executionId)!!
         onCallerThread {
-            val caller = Thread.currentThread()
             repeat(3) {
                 val before = io.dispatches.get()
                 val again = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
@@ -101,17 +109,19 @@ val suspendCallTests = listOf(
                 assertEquals(stored.resultJson, again.resultJson)
                 assertEquals(stored.externalId, again.externalId)
                 assertFalse(again.partial)
-                // Answered through the executor's dispatcher, not on the caller's thread.
-                assertTrue(io.dispatches.get() > before, "the replay did not go through the dispatcher")
-                assertFalse(caller in io.threads)
+                // Answered on the caller's thread: nothing dispatched.
+                assertEquals(before, io.dispatches.get(), "the replay hopped to the dispatcher")
+                // The same answer as the blocking form's.
+                assertEquals(again, executor.executeBlocking("op_1", 0, emailCall()))
             }
         }
         assertEquals(1, tool.calls.get())
         assertEquals(1, downstream.count())
         assertEquals(1u, ledger.get(first.executionId)!!.attemptCount)
+        assertEquals(6uL, executor.metrics().replays)
     },
 
-    test("suspending execute: a suspended ledger gives Suspended, off the caller's thread, and nothing runs") {
+    test("suspending execute: a suspended ledger gives Suspended at once, and nothing runs") {
         val downstream = downstream()
         val io = CountingIo()
         val ledger = closeAfter(SuspendLedger.open(ledgerPath, dispatcher = io))
@@ -120,13 +130,14 @@ val suspendCallTests = listOf(
         val first = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
         ledger.suspend()
         onCallerThread {
-            val caller = Thread.currentThread()
             val before = io.dispatches.get()
-            // A replay and a new call alike.
+            // A replay and a new call alike: the library answers Suspended
+            // without waiting, so on the caller's thread (what the
+            // dispatcher's path throws, as `executeBlocking` shows).
             assertFailsWith<LedgerException.Suspended> { executor.execute("op_1", 0, emailCall()) }
             assertFailsWith<LedgerException.Suspended> { executor.execute("op_1", 0, emailCall("call_2")) }
-            assertTrue(io.dispatches.get() >= before + 2)
-            assertFalse(caller in io.threads)
+            assertFailsWith<LedgerException.Suspended> { executor.executeBlocking("op_1", 0, emailCall()) }
+            assertEquals(before, io.dispatches.get())
         }
         assertEquals(1, tool.calls.get())
         assertEquals(1, downstream.count())
@@ -138,7 +149,8 @@ val suspendCallTests = listOf(
 
     test("suspending execute: while another connection holds the write lock the caller's thread stays free") {
         val downstream = downstream()
-        val ledger = closeAfter(SuspendLedger.open(ledgerPath, ledgerConfig(busyTimeoutMs = 1_500)))
+        val io = CountingIo()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath, ledgerConfig(busyTimeoutMs = 1_500), dispatcher = io))
         val tool = SyncSend(downstream, idempotencyKey = true)
         val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
         val first = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
@@ -152,10 +164,12 @@ val suspendCallTests = listOf(
                         ticks.incrementAndGet()
                     }
                 }
-                // A replay needs no write lock: answered from a read.
+                // A replay needs no write lock: answered from a read, in place.
+                val dispatched = io.dispatches.get()
                 val replay = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
                 assertTrue(replay.replayed)
                 assertEquals(first.resultJson, replay.resultJson)
+                assertEquals(dispatched, io.dispatches.get())
                 // A new call waits the busy timeout for the lock, then Busy:
                 // nothing recorded, nothing performed.
                 val before = ticks.get()
@@ -176,5 +190,82 @@ val suspendCallTests = listOf(
         val later = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall("call_2")))
         assertFalse(later.replayed)
         assertEquals(2, downstream.count())
+    },
+
+    test("suspending execute: while another call holds the ledger, a replay goes to the dispatcher and the caller stays free") {
+        val downstream = downstream()
+        val io = CountingIo()
+        // A writer that meets another connection's lock waits up to 30 s for
+        // it, holding the ledger's one connection all that time.
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath, ledgerConfig(busyTimeoutMs = 30_000), dispatcher = io))
+        val tool = SyncSend(downstream, idempotencyKey = true)
+        val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
+        val first = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
+        val holder = WriteLockHolder(ledgerPath)
+        var writerOutcome: CallOutcome? = null
+        var writerError: Throwable? = null
+        val writer = Thread {
+            try {
+                writerOutcome = executor.executeBlocking("op_1", 0, emailCall("call_2"))
+            } catch (e: Throwable) {
+                writerError = e
+            }
+        }
+        try {
+            writer.start()
+            // The writer holds the connection once the library says "would
+            // block" twice, 50 ms apart (past its short first transactions).
+            val deadline = System.nanoTime() + 10_000_000_000L
+            var inARow = 0
+            while (inARow < 2) {
+                check(System.nanoTime() < deadline) { "the writer never held the ledger" }
+                inARow = if (executor.executor.startNow("op_1", 0u, emailCall()) == null) inARow + 1 else 0
+                Thread.sleep(50)
+            }
+            onCallerThread {
+                val ticks = AtomicInteger()
+                val ticker = launch {
+                    while (true) {
+                        delay(10)
+                        ticks.incrementAndGet()
+                    }
+                }
+                val before = io.dispatches.get()
+                val replay = async { executor.execute("op_1", 0, emailCall()) }
+                // It went to the dispatcher and waits there, not here.
+                val dispatchDeadline = System.nanoTime() + 10_000_000_000L
+                while (io.dispatches.get() == before) {
+                    check(System.nanoTime() < dispatchDeadline) { "the replay neither answered nor dispatched" }
+                    delay(5)
+                }
+                val ticked = ticks.get()
+                delay(200)
+                assertTrue(replay.isActive, "the replay did not wait for the writer")
+                assertTrue(writer.isAlive, "the writer stopped waiting")
+                assertTrue(ticks.get() > ticked, "the caller's thread was held")
+                holder.close()
+                val answer = assertIs<CallOutcome.Completed>(replay.await())
+                ticker.cancel()
+                assertTrue(answer.replayed)
+                assertEquals(first.executionId, answer.executionId)
+                assertEquals(first.resultJson, answer.resultJson)
+            }
+        } finally {
+            holder.close()
+            writer.join(30_000)
+        }
+        assertFalse(writer.isAlive)
+        writerError?.let { throw it }
+        // The writer's new call ran once, after the lock was released.
+        val written = assertIs<CallOutcome.Completed>(writerOutcome)
+        assertFalse(written.replayed)
+        assertEquals(2, tool.calls.get())
+        assertEquals(2, downstream.count())
+        // And the replay is answered in place again.
+        val dispatched = io.dispatches.get()
+        onCallerThread {
+            assertTrue(assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall())).replayed)
+        }
+        assertEquals(dispatched, io.dispatches.get())
     },
 )
