@@ -59,7 +59,13 @@ extension ToolExecutor {
     public func executeNow(
         operationId: String, round: UInt32, call: ToolCall, tool: any SyncTool
     ) throws -> CallOutcome {
-        var step = try start(operationId: operationId, round: round, call: call)
+        try walk(from: start(operationId: operationId, round: round, call: call), tool: tool)
+    }
+
+    /// Walks one call's steps from `first` on this thread, running `tool`
+    /// for each attempt or lookup the library hands out.
+    private func walk(from first: CallerStep, tool: any SyncTool) throws -> CallOutcome {
+        var step = first
         // Bounded by the library's attempts; a longer walk is a bug.
         for _ in 0..<64 {
             switch step {
@@ -92,14 +98,28 @@ extension ToolExecutor {
     /// on the caller's thread or actor and never on Swift concurrency's
     /// cooperative pool, which must not wait on the disk. Not cancellable
     /// once started: a cancelled task still waits and then sees the outcome.
+    ///
+    /// A replay the library answers at once (`startNow`: the ledger's one
+    /// connection free at this moment, a read that never waits) is answered
+    /// here, with no hop; anything else — a new call, the connection held by
+    /// another call across its fsync or the deferred commits' flush — goes
+    /// to `queue`. Bad input and a suspended ledger throw what the queue's
+    /// path throws.
     public func execute(
         operationId: String, round: UInt32, call: ToolCall, tool: any SyncTool,
         queue: DispatchQueue = AsyncLedger.defaultQueue
     ) async throws -> CallOutcome {
-        try await withCheckedThrowingContinuation { continuation in
+        let now = try startNow(operationId: operationId, round: round, call: call)
+        if case .done(let outcome)? = now {
+            return outcome
+        }
+        return try await withCheckedThrowingContinuation { continuation in
             queue.async {
                 continuation.resume(with: Result {
-                    try self.executeNow(operationId: operationId, round: round, call: call, tool: tool)
+                    // `startNow` only answers `.done`; any other step is walked here.
+                    try self.walk(
+                        from: now ?? self.start(operationId: operationId, round: round, call: call),
+                        tool: tool)
                 })
             }
         }

@@ -47,6 +47,79 @@ final class CallerDrivenTests: XCTestCase {
         XCTAssertEqual(try downstream.count(), 1)
     }
 
+    /// A serial queue held by a blocked item until `release()` (or 10 s):
+    /// whatever `execute` sends to it cannot run before then.
+    private final class HeldQueue: Sendable {
+        let queue = DispatchQueue(label: "held")
+        private let gate = DispatchSemaphore(value: 0)
+
+        init() {
+            let gate = self.gate
+            queue.async { _ = gate.wait(timeout: .now() + 10) }
+        }
+
+        func release() { gate.signal() }
+    }
+
+    func testTheAsyncExecuteAnswersAReplayInPlaceWithoutItsQueue() async throws {
+        let (executor, ledger, tool, downstream) = try fixture { SyncSend(downstream: $0, idempotencyKey: true) }
+        let done = try completed(
+            executor.executeNow(operationId: "op_1", round: 0, call: emailCall(), tool: tool))
+        let stored = try XCTUnwrap(ledger.get(executionId: done.executionId))
+        let held = HeldQueue()
+        // The queue cannot run anything: a replay that needed it would wait
+        // the 10 s of the held item.
+        let started = Date()
+        for _ in 0..<3 {
+            let again = try completed(
+                await executor.execute(operationId: "op_1", round: 0, call: emailCall(), tool: tool, queue: held.queue))
+            XCTAssertTrue(again.replayed)
+            XCTAssertEqual(again.executionId, done.executionId)
+            XCTAssertEqual(again.resultJson, stored.resultJson)
+            XCTAssertEqual(again.externalId, stored.externalId)
+            let blocking = try completed(executor.executeNow(operationId: "op_1", round: 0, call: emailCall(), tool: tool))
+            XCTAssertEqual(
+                [again.executionId, again.resultJson, again.externalId ?? "", "\(again.replayed)", "\(again.partial)"],
+                [blocking.executionId, blocking.resultJson, blocking.externalId ?? "", "\(blocking.replayed)",
+                 "\(blocking.partial)"])
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5, "a replay waited for the queue")
+        // A new call goes to the queue: it cannot finish before the queue runs.
+        let newCall = Task {
+            try await executor.execute(
+                operationId: "op_1", round: 0, call: emailCall(callId: "call_2"), tool: tool, queue: held.queue)
+        }
+        try await Task.sleep(nanoseconds: 100_000_000)
+        XCTAssertEqual(tool.calls.value, 1, "the new call ran before its queue did")
+        held.release()
+        let ran = try completed(await newCall.value)
+        XCTAssertFalse(ran.replayed)
+        XCTAssertEqual(tool.calls.value, 2)
+        XCTAssertEqual(try downstream.count(), 2)
+        XCTAssertEqual(executor.metrics().replays, 6)
+    }
+
+    func testTheAsyncExecuteOfASuspendedLedgerThrowsSuspendedWithoutItsQueue() async throws {
+        let (executor, ledger, tool, downstream) = try fixture { SyncSend(downstream: $0, idempotencyKey: true) }
+        _ = try executor.executeNow(operationId: "op_1", round: 0, call: emailCall(), tool: tool)
+        try ledger.suspend()
+        let held = HeldQueue()
+        defer { held.release() }
+        for call in [emailCall(), emailCall(callId: "call_2")] {
+            do {
+                _ = try await executor.execute(operationId: "op_1", round: 0, call: call, tool: tool, queue: held.queue)
+                XCTFail("a suspended ledger answered")
+            } catch {
+                XCTAssertEqual(error as? LedgerError, .Suspended)
+            }
+        }
+        XCTAssertThrowsError(try executor.executeNow(operationId: "op_1", round: 0, call: emailCall(), tool: tool)) {
+            XCTAssertEqual($0 as? LedgerError, .Suspended)
+        }
+        XCTAssertEqual(tool.calls.value, 1)
+        XCTAssertEqual(try downstream.count(), 1)
+    }
+
     func testTwoCallersOfOneCallGetOnePerform() throws {
         let (executor, _, _, downstream) = try fixture { SyncSend(downstream: $0) }
         let first = try attempt(executor.start(operationId: "op_1", round: 0, call: emailCall()))
