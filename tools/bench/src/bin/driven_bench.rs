@@ -11,7 +11,10 @@
 //! `execute` and `start+report` are new calls to a no-op side-effecting tool
 //! that dedupes by key (its commit deferred by the durability policy, on both
 //! paths); `start` and `report` are the two halves of the driven call, timed
-//! apart; the replays ask for a call that committed. `only` (`execute` or
+//! apart; the replays ask for a call that committed (`replay_start_now`:
+//! answered in place by `start_now`); `start_now_miss` is `start_now` of a
+//! new call (not answered: what the suspending bindings pay before they
+//! hop for one). `only` (`execute` or
 //! `driven`) runs that one way for `--calls` calls and nothing else, for
 //! `strace -f -c -e trace=fsync,fdatasync` to count its syncs.
 //!
@@ -158,6 +161,33 @@ impl Bench {
         }
         Ok(took)
     }
+
+    /// `start_now` of the committed call: answered in place.
+    fn replay_start_now(&mut self) -> Result<Duration, Failure> {
+        self.evict();
+        let call = replayed();
+        let t = Instant::now();
+        let step = self.executor.start_now(&self.op, 0, &call)?;
+        let took = t.elapsed();
+        if !matches!(step, Some(CallerStep::Done(_))) {
+            return Err("a replay was not answered in place".into());
+        }
+        Ok(took)
+    }
+
+    /// `start_now` of a new call: not answered (nothing written), what a
+    /// suspending binding pays before it hops for a new call.
+    fn start_now_miss(&mut self) -> Result<Duration, Failure> {
+        let call = self.new_call();
+        self.evict();
+        let t = Instant::now();
+        let step = self.executor.start_now(&self.op, 1, &call)?;
+        let took = t.elapsed();
+        if step.is_some() {
+            return Err("a new call was answered in place".into());
+        }
+        Ok(took)
+    }
 }
 
 fn replayed() -> ToolCall {
@@ -213,6 +243,8 @@ fn run() -> Result<(), Failure> {
         "report",
         "replay_execute",
         "replay_start",
+        "replay_start_now",
+        "start_now_miss",
     ];
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
     for _ in 0..batches {
@@ -231,6 +263,12 @@ fn run() -> Result<(), Failure> {
         for _ in 0..calls {
             samples[5].push(bench.replay_start()?);
         }
+        for _ in 0..calls {
+            samples[6].push(bench.replay_start_now()?);
+        }
+        for _ in 0..calls {
+            samples[7].push(bench.start_now_miss()?);
+        }
     }
     let mut p50 = Vec::new();
     for (name, s) in names.iter().zip(samples.iter_mut()) {
@@ -240,6 +278,7 @@ fn run() -> Result<(), Failure> {
     }
     println!("driven_over_execute_p50_us={:.1}", p50[1] - p50[0]);
     println!("replay_start_over_execute_p50_us={:.1}", p50[5] - p50[4]);
+    println!("replay_start_now_over_start_p50_us={:.1}", p50[6] - p50[5]);
     Ok(())
 }
 
