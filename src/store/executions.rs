@@ -134,7 +134,7 @@ impl Dao<'_> {
     /// [`Dao::execution`]).
     pub fn stored_answer(&self, id: &ExecutionId) -> Result<Option<StoredAnswer>> {
         let keys = self.keys;
-        Ok(self.hot(HotSql::StoredAnswer, |stmt| {
+        self.hot(HotSql::StoredAnswer, |stmt| {
             stmt.query_row([id], |r| {
                 let bound = Row::of(id.as_str());
                 let partial: Option<i64> = r.get(5)?;
@@ -148,7 +148,7 @@ impl Dao<'_> {
                 })
             })
             .optional()
-        })?)
+        })
     }
 
     /// The status and attempt count of one execution (a light read).
