@@ -19,7 +19,7 @@ use crate::model::{
     ExecutionIdParts, ExecutionRecord, ExecutionStatus, Monotonic, Move, OperationId,
     OperationStatus, Transition,
 };
-use crate::store::{Dao, Durability, Fence, NewExecution, StatusFields};
+use crate::store::{Dao, Durability, Fence, NewExecution, StatusFields, StoredAnswer};
 
 /// A call checked and digested before any write.
 pub(super) struct Prepared<'a> {
@@ -147,13 +147,12 @@ impl Ledger {
         self.read(|dao| {
             let mut answers = Vec::with_capacity(calls.len());
             for p in calls {
-                match dao.execution(&p.id)? {
-                    Some(rec)
-                        if rec.status.is_committed()
-                            && rec.args_digest
-                                == p.digest_for(rec.digest_scheme, &rec.args_digest, self)? =>
-                    {
-                        answers.push(Begin::Replay(StoredResult::of(&rec)));
+                match dao.stored_answer(&p.id)? {
+                    Some(stored) if stored.status.is_committed() => {
+                        match self.answer_committed(p, stored)? {
+                            replay @ Begin::Replay(_) => answers.push(replay),
+                            _ => return Ok(None),
+                        }
                     }
                     _ => return Ok(None),
                 }
@@ -388,6 +387,15 @@ impl Ledger {
         mono: &Monotonic,
         marked: &mut Vec<ExecutionId>,
     ) -> Result<Begin> {
+        // A committed execution answers from a narrow read (the replay's
+        // path); any other stored status reads the whole record.
+        match dao.stored_answer(&p.id)? {
+            Some(stored) if stored.status.is_committed() => {
+                return self.answer_committed(p, stored);
+            }
+            Some(_) => {}
+            None => return self.answer_unstored(dao, p, op_status),
+        }
         match dao.execution(&p.id)? {
             Some(rec) => {
                 let digest = p.digest_for(rec.digest_scheme, &rec.args_digest, self)?;
@@ -398,21 +406,54 @@ impl Ledger {
                 }
                 Ok(answer)
             }
-            None => match dao.tombstone(&p.id)? {
-                // Pruned long ago: refused or reported, never run again.
-                Some(tomb) => {
-                    let digest = p.digest_for(tomb.digest_scheme, &tomb.args_digest, self)?;
-                    Ok(retention::answer_for_tombstone(tomb, &digest))
-                }
-                None if is_cancelled(op_status) => Ok(Begin::Cancelled {
-                    execution_id: p.id.clone(),
-                }),
-                // The insert found the id taken; this transaction holds the
-                // write lock, so it cannot have been freed since.
-                None => Err(Error::Internal(
-                    "an execution id was taken and free in one transaction",
-                )),
-            },
+            None => Err(Error::Internal(
+                "an execution was read and gone in one transaction",
+            )),
+        }
+    }
+
+    /// The answer for a committed execution, by the table of
+    /// [`decide`]: other arguments conflict, the same ones replay (a
+    /// committed record answers nothing else, whatever its operation's status).
+    fn answer_committed(&self, p: &Prepared<'_>, stored: StoredAnswer) -> Result<Begin> {
+        let digest = p.digest_for(stored.digest_scheme, &stored.args_digest, self)?;
+        if digest != stored.args_digest {
+            return Ok(Begin::Conflict {
+                execution_id: p.id.clone(),
+                stored_digest: stored.args_digest,
+                new_digest: digest,
+            });
+        }
+        Ok(Begin::Replay(StoredResult {
+            execution_id: p.id.clone(),
+            result_json: stored.result_json.unwrap_or_default(),
+            external_id: stored.external_id,
+            partial: stored.partial,
+        }))
+    }
+
+    /// The answer for a call whose id no execution has: a tombstone's, or
+    /// `Cancelled` in a cancelled operation.
+    fn answer_unstored(
+        &self,
+        dao: &Dao<'_>,
+        p: &Prepared<'_>,
+        op_status: OperationStatus,
+    ) -> Result<Begin> {
+        match dao.tombstone(&p.id)? {
+            // Pruned long ago: refused or reported, never run again.
+            Some(tomb) => {
+                let digest = p.digest_for(tomb.digest_scheme, &tomb.args_digest, self)?;
+                Ok(retention::answer_for_tombstone(tomb, &digest))
+            }
+            None if is_cancelled(op_status) => Ok(Begin::Cancelled {
+                execution_id: p.id.clone(),
+            }),
+            // The insert found the id taken; this transaction holds the
+            // write lock, so it cannot have been freed since.
+            None => Err(Error::Internal(
+                "an execution id was taken and free in one transaction",
+            )),
         }
     }
 

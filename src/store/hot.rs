@@ -39,10 +39,12 @@ pub(super) enum HotSql {
     Deliver,
     /// The happy commit of a running attempt.
     CommitRunning,
+    /// A replay's read: what answers for a committed execution.
+    StoredAnswer,
 }
 
 /// How many [`HotSql`] statements there are.
-const SLOTS: usize = 6;
+const SLOTS: usize = 7;
 
 impl HotSql {
     fn slot(self) -> usize {
@@ -53,6 +55,7 @@ impl HotSql {
             HotSql::InsertExecution => 3,
             HotSql::Deliver => 4,
             HotSql::CommitRunning => 5,
+            HotSql::StoredAnswer => 6,
         }
     }
 
@@ -95,6 +98,10 @@ impl HotSql {
                    AND NOT EXISTS (SELECT 1 FROM operations o
                                    WHERE o.operation_id = executions.operation_id
                                      AND o.status = 'cancelled')"
+            }
+            HotSql::StoredAnswer => {
+                "SELECT status, args_digest, digest_scheme, result_json, external_id, partial
+                 FROM executions WHERE execution_id = ?1"
             }
         }
     }

@@ -61,7 +61,7 @@ pub use dao::Dao;
 pub use diagnostics::{DbSize, StoreStats};
 pub use error::{Error, Result};
 pub use events::MoveEvent;
-pub use executions::{Fence, NewExecution, StatusFields};
+pub use executions::{Fence, NewExecution, StatusFields, StoredAnswer};
 pub use modes::{private_dir, private_file};
 pub use retention::{PruneCandidate, PrunedRows, Tombstone};
 
@@ -658,7 +658,9 @@ impl Store {
                 Durability::Lazy => {}
             }
         }
-        if result.is_ok() && self.wal_replaced(open) {
+        // A transaction that wrote nothing committed nothing that could be
+        // lost (a replay): the check before the next write is enough.
+        if matches!(&result, Ok(((_, true), _))) && self.wal_replaced(open) {
             // The commit went to a deleted WAL. Reopen (keeping the broken
             // connection only if reopening fails) and say so.
             if let Ok(fresh) = self.reconnect() {

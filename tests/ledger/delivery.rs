@@ -256,3 +256,72 @@ fn marks_for_results_committed_elsewhere_are_checked_by_a_read() {
         ExecutionStatus::ResultDelivered
     );
 }
+
+/// A replay is answered from a narrow read of the committed record: it
+/// must hand back exactly what was committed (result byte for byte, the
+/// downstream's id), delivered or not, whether `begin` found the write
+/// lock free (one transaction that writes nothing) or held by another
+/// connection (a read), and other arguments must still conflict.
+#[test]
+fn a_replay_answers_exactly_the_committed_record_with_or_without_the_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.db");
+    let (ledger, _clock) = open_at(&db);
+    let call = spec("c1", "send_email", r#"{"to":"ada@example.com"}"#);
+    let t = ticket(ledger.begin(&op("o"), 0, &call).unwrap());
+    let result = r#"{"id":"msg_1","note":"caf\u00e9 ü"}"#;
+    ledger
+        .commit(&t.attempt_id(), result, Some("ext_1"))
+        .unwrap();
+    let exact = |answer: Begin| match answer {
+        Begin::Replay(r) => {
+            assert_eq!(r.execution_id, t.execution_id);
+            assert_eq!(r.result_json, result, "byte for byte");
+            assert_eq!(r.external_id.as_deref(), Some("ext_1"));
+            assert!(!r.partial);
+        }
+        other => panic!("expected a replay, got {other:?}"),
+    };
+    let commits = wal_commits(&db);
+    exact(ledger.begin(&op("o"), 0, &call).unwrap());
+    assert_eq!(wal_commits(&db), commits, "a replay writes nothing");
+
+    let changed = spec("c1", "send_email", r#"{"to":"mallory@example.com"}"#);
+    match ledger.begin(&op("o"), 0, &changed).unwrap() {
+        Begin::Conflict {
+            execution_id,
+            stored_digest,
+            new_digest,
+        } => {
+            assert_eq!(execution_id, t.execution_id);
+            assert_ne!(stored_digest, new_digest);
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+
+    ledger
+        .mark_delivered(std::slice::from_ref(&t.execution_id))
+        .unwrap();
+    exact(ledger.begin(&op("o"), 0, &call).unwrap());
+    // The mark is written by the next write; the replay read saw it queued.
+    let other = ticket(
+        ledger
+            .begin(&op("o"), 1, &spec("c2", "send_email", "{}"))
+            .unwrap(),
+    );
+    assert_eq!(stored_status(&db, &t.execution_id), "result_delivered");
+    exact(ledger.begin(&op("o"), 0, &call).unwrap());
+
+    // Another connection holds the write lock: the replay is a read.
+    let holder = Connection::open(&db).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    exact(ledger.begin(&op("o"), 0, &call).unwrap());
+    holder.execute_batch("ROLLBACK").unwrap();
+    // An execution that did not commit still answers by its whole record.
+    assert!(matches!(
+        ledger
+            .begin(&op("o"), 1, &spec("c2", "send_email", "{}"))
+            .unwrap(),
+        Begin::InFlight { ref execution_id, .. } if *execution_id == other.execution_id
+    ));
+}

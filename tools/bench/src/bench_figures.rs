@@ -572,6 +572,20 @@ pub fn only_calls(
                     .build()?;
                 each(&mut |i| executor_call(&rt, &executor, "x", i, class))?;
             }
+            BenchOnly::Replay => {
+                let ledger = open_ledger(&dir.join("replay.db"))?;
+                ledger_call(&ledger, "l", 0, &result, Class::Key)?;
+                let (op, round, call) = call_of("l", 0, Class::Key)?;
+                let spec = CallSpec::new(call, 1).with_downstream(tool_of(Class::Key).1);
+                each(&mut |_| {
+                    let started = Instant::now();
+                    let answer = ledger.begin(&op, round, &spec)?;
+                    if !matches!(answer, Begin::Replay(_)) {
+                        return Err(other("bench: a committed call was not replayed"));
+                    }
+                    Ok(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX))
+                })?;
+            }
             _ => {
                 let ledger = open_ledger(&dir.join("happy.db"))?;
                 each(&mut |i| ledger_call(&ledger, "l", i, &result, class))?;

@@ -33,6 +33,9 @@ pub enum BenchOnly {
     Floor1,
     /// N begins of a round of 8 calls.
     Round8,
+    /// N replays of one committed call through `Ledger::begin` (for
+    /// tracing and profiling the replay figure).
+    Replay,
 }
 
 /// What the benchmarked tool's downstream offers (the durability policy
