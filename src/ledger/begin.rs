@@ -187,18 +187,22 @@ impl Ledger {
             Some(digest) => digest,
             None => return Ok(None),
         };
-        // `replays_only`'s rule, for the current digest scheme only (an
-        // older one compares through the keys again, which may wait).
+        // `replays_only`'s rule and narrow read, for the current digest
+        // scheme only (an older one digests again under the keys, which
+        // may wait); a conflict is left to `begin`.
         let answer = self.read_now(|dao| {
-            Ok(match dao.execution(&p.id)? {
-                Some(rec)
-                    if rec.status.is_committed()
-                        && rec.digest_scheme == DigestScheme::Exact
-                        && rec.args_digest == p.args.digest =>
+            Ok(match dao.stored_answer(&p.id)? {
+                Some(stored)
+                    if stored.status.is_committed()
+                        && stored.digest_scheme == DigestScheme::Exact =>
                 {
-                    Some(Begin::Replay(StoredResult::of(&rec)))
+                    self.answer_committed(&p, stored)
+                        .map(|answer| match answer {
+                            replay @ Begin::Replay(_) => Some(replay),
+                            _ => None,
+                        })
                 }
-                _ => None,
+                _ => Ok(None),
             })
         })?;
         Ok(answer.flatten())

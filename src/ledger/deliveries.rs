@@ -313,15 +313,17 @@ impl Ledger {
     /// another connection) or SQLite would make the read wait. The delivery
     /// queue's lock is taken as `read` takes it (it is only ever held to
     /// move marks in memory, never across I/O).
+    /// `f` returns its storage errors apart (the outer `Result`: a busy
+    /// one is the `None`) from the ledger's own.
     pub(super) fn read_now<T: Settle>(
         &self,
-        f: impl FnOnce(&Dao<'_>) -> crate::store::Result<T>,
+        f: impl FnOnce(&Dao<'_>) -> crate::store::Result<Result<T>>,
     ) -> Result<Option<T>> {
         let marks = self.deliveries_lock().queued.clone();
         let pending = Pending { marks: &marks };
         self.store
             .0
-            .read_now(|dao| Ok(f(dao)?.settle(&pending, dao)))
+            .read_now(|dao| Ok(f(dao)?.and_then(|t| t.settle(&pending, dao))))
     }
 
     /// Every write of the ledger goes through here: it first applies the
