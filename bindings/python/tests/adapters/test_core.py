@@ -153,3 +153,37 @@ def test_an_async_call_cancelled_in_its_tool_is_recorded_unknown(runtime):
     assert "interrupted" in record.last_reason
     with pytest.raises(OutcomeUnknown):
         asyncio.run(runtime.acall("op", 0, "c1", "send", "{}", lambda: "never run"))
+
+
+def test_a_sync_call_whose_first_attempt_is_unknown_is_resent_under_the_same_key(runtime):
+    # `LedgerRuntime.call`'s inline first attempt, then `_driven.run`'s walk.
+    runtime.register(ToolSpec(name="send", run=lambda a: None, downstream=Downstream.KEY))
+    seen = []
+
+    def body():
+        call = current_call()
+        seen.append((call.attempt, call.downstream_key))
+        if len(seen) == 1:
+            raise TimeoutError("no answer")
+        return {"sent": call.attempt}
+
+    done = runtime.call("op", 0, "c1", "send", "{}", body)
+    with pytest.raises(LookupError):
+        current_call()  # reset in this thread after each attempt
+    assert [a for a, _ in seen] == [1, 2] and seen[0][1] == seen[1][1]
+    assert done.result_json == '{"sent":2}' and not done.replayed
+    assert runtime.ledger.get(done.execution_id).status == tl.ExecutionStatus.COMMITTED
+
+
+def test_a_sync_call_interrupted_in_its_tool_is_recorded_unknown(runtime):
+    runtime.register(ToolSpec(name="send", run=lambda a: None, downstream=Downstream.NEITHER))
+
+    def body():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runtime.call("op", 0, "c1", "send", "{}", body)
+    with pytest.raises(LookupError):
+        current_call()
+    [record] = runtime.ledger.list("op")
+    assert record.status == tl.ExecutionStatus.OUTCOME_UNKNOWN and "interrupted" in record.last_reason
