@@ -19,13 +19,23 @@ For reference the same no-op also runs as a plain ``@tl.tool`` through
 ``tl.Executor`` (no framework, no adapter): what any Python tool pays for
 the library's round trip.
 
+MCP's "without" is ``call_tool`` on a plain ``ClientSession`` (not the
+session ``MCPLedger.session`` makes, which notes the JSON-RPC id of every
+request it writes: that is the adapter's work). MCP also runs a fifth
+variant, ``by_hand``, printed for reference and not in the verdict: the
+ledger's two steps written out around the plain session's ``call_tool``,
+with the same two ``_meta`` entries and the same result text stored, and no
+adapter code. ``by_hand - without`` is what the two commits cost around an
+MCP call (with the ``_meta`` entries and MCP's larger result); ``with -
+by_hand`` is what the adapter's own code adds to that.
+
 How the figures are kept steady on a shared, busy machine:
 
 * Interleaved. The run is ``--rounds`` rounds; in every round each framework
   takes its turn (in a rotating order), and within a framework's turn the
   four variants (the two commits, the plain tool, without the adapter, with
-  it) are called one call at a time in a rotating order, ``N / R`` calls
-  each. A neighbour that takes a core for a second, or a disk that slows
+  it; MCP's ``by_hand`` too) are called one call at a time in a rotating
+  order, ``N / R`` calls each. A neighbour that takes a core for a second, or a disk that slows
   down, weighs on all the variants of that moment alike.
 * Differenced per round. Each round gives its medians per variant and from
   them ``added = with - without`` and ``beyond = added - two commits``; the
@@ -79,7 +89,8 @@ def quartiles_us(values: list[float]) -> tuple[float, float, float]:
 
 
 class Framework:
-    """One framework's four variants and what they measured."""
+    """One framework's variants (the four, and any of ``EXTRA_VARIANTS``
+    its calls have) and what they measured."""
 
     def __init__(self, name: str, calls: dict):
         self.name = name
