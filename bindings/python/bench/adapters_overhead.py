@@ -19,13 +19,23 @@ For reference the same no-op also runs as a plain ``@tl.tool`` through
 ``tl.Executor`` (no framework, no adapter): what any Python tool pays for
 the library's round trip.
 
+MCP's "without" is ``call_tool`` on a plain ``ClientSession`` (not the
+session ``MCPLedger.session`` makes, which notes the JSON-RPC id of every
+request it writes: that is the adapter's work). MCP also runs a fifth
+variant, ``by_hand``, printed for reference and not in the verdict: the
+ledger's two steps written out around the plain session's ``call_tool``,
+with the same two ``_meta`` entries and the same result text stored, and no
+adapter code. ``by_hand - without`` is what the two commits cost around an
+MCP call (with the ``_meta`` entries and MCP's larger result); ``with -
+by_hand`` is what the adapter's own code adds to that.
+
 How the figures are kept steady on a shared, busy machine:
 
 * Interleaved. The run is ``--rounds`` rounds; in every round each framework
   takes its turn (in a rotating order), and within a framework's turn the
   four variants (the two commits, the plain tool, without the adapter, with
-  it) are called one call at a time in a rotating order, ``N / R`` calls
-  each. A neighbour that takes a core for a second, or a disk that slows
+  it; MCP's ``by_hand`` too) are called one call at a time in a rotating
+  order, ``N / R`` calls each. A neighbour that takes a core for a second, or a disk that slows
   down, weighs on all the variants of that moment alike.
 * Differenced per round. Each round gives its medians per variant and from
   them ``added = with - without`` and ``beyond = added - two commits``; the
@@ -64,6 +74,9 @@ from toolledger.adapters import Downstream, LedgerRuntime
 
 BUDGET_EXTRA_US = 150.0
 VARIANTS = ("floor", "executor", "without", "with")
+# A framework may add "by_hand" (MCP does): the ledger's steps written out
+# around the framework's own call, with no adapter code (see ``mcp_calls``).
+EXTRA_VARIANTS = ("by_hand",)
 
 
 def quartiles_us(values: list[float]) -> tuple[float, float, float]:
@@ -76,26 +89,30 @@ def quartiles_us(values: list[float]) -> tuple[float, float, float]:
 
 
 class Framework:
-    """One framework's four variants and what they measured."""
+    """One framework's variants (the four, and any of ``EXTRA_VARIANTS``
+    its calls have) and what they measured."""
 
     def __init__(self, name: str, calls: dict):
         self.name = name
         self.calls = calls  # variant -> async () -> None
-        self.samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        self.variants = VARIANTS + tuple(v for v in EXTRA_VARIANTS if v in calls)
+        self.samples: dict[str, list[float]] = {v: [] for v in self.variants}
         # Per round: variant -> (median wall time, median CPU time), s.
         self.rounds: list[dict[str, tuple[float, float]]] = []
 
     async def warm_up(self, n: int = 5) -> None:
         for _ in range(n):
-            for v in VARIANTS:
+            for v in self.variants:
                 await self.calls[v]()
 
     async def round(self, per_round: int) -> None:
-        wall: dict[str, list[float]] = {v: [] for v in VARIANTS}
-        cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        variants = self.variants
+        wall: dict[str, list[float]] = {v: [] for v in variants}
+        cpu: dict[str, list[float]] = {v: [] for v in variants}
         for i in range(per_round):
             # Rotate which variant goes first, so each follows each other.
-            order = VARIANTS[i % 4:] + VARIANTS[:i % 4]
+            k = i % len(variants)
+            order = variants[k:] + variants[:k]
             for v in order:
                 fn = self.calls[v]
                 c0, t0 = time.process_time(), time.perf_counter()
@@ -103,13 +120,13 @@ class Framework:
                 t1, c1 = time.perf_counter(), time.process_time()
                 wall[v].append(t1 - t0)
                 cpu[v].append(c1 - c0)
-        for v in VARIANTS:
+        for v in variants:
             self.samples[v].extend(wall[v])
-        self.rounds.append({v: (statistics.median(wall[v]), statistics.median(cpu[v])) for v in VARIANTS})
+        self.rounds.append({v: (statistics.median(wall[v]), statistics.median(cpu[v])) for v in variants})
 
     def per_round(self, fn, clock: int) -> list[float]:
         """``fn(medians)`` for each round, ``medians`` variant -> s."""
-        return [fn({v: r[v][clock] for v in VARIANTS}) for r in self.rounds]
+        return [fn({v: r[v][clock] for v in self.variants}) for r in self.rounds]
 
     def report(self) -> dict[str, float]:
         """Prints the figures; returns the median per-round cost beyond the
@@ -129,6 +146,16 @@ class Framework:
             lo, mid, hi = quartiles_us(self.per_round(lambda m: m["with"] - m["without"] - m["floor"], clock))
             print(f"{name}_{tag}_added_beyond_two_commits_us={mid:+.0f} rounds_p25_p75=[{lo:+.0f},{hi:+.0f}]")
             beyond[tag] = mid
+            if "by_hand" in self.variants:
+                # Not the verdict: what the ledger's steps cost around this
+                # framework's call (by_hand - without), and what the
+                # adapter's own code adds to them (with - by_hand).
+                lo, mid, hi = quartiles_us(self.per_round(lambda m: m["by_hand"], clock))
+                print(f"{name}_{tag}_by_hand_p50_us={mid:.0f} rounds_p25_p75=[{lo:.0f},{hi:.0f}]")
+                lo, mid, hi = quartiles_us(self.per_round(lambda m: m["by_hand"] - m["without"], clock))
+                print(f"{name}_{tag}_ledger_steps_around_the_call_us={mid:.0f} rounds_p25_p75=[{lo:.0f},{hi:.0f}]")
+                lo, mid, hi = quartiles_us(self.per_round(lambda m: m["with"] - m["by_hand"], clock))
+                print(f"{name}_{tag}_adapter_code_beyond_by_hand_us={mid:+.0f} rounds_p25_p75=[{lo:+.0f},{hi:+.0f}]")
         print(f"{name}_wall_with_p90_us={statistics.quantiles(self.samples['with'], n=10)[-1] * 1e6:.0f}")
         return beyond
 
@@ -236,10 +263,20 @@ def openai_agents_calls(runtime) -> dict:
 
 @contextlib.asynccontextmanager
 async def mcp_calls(runtime):
+    """``without``: ``call_tool`` on a plain ``ClientSession``, as an app
+    without the adapter has it. ``with``: the adapter's ``call_tool`` on the
+    session the adapter makes (``MCPLedger.session``, which notes the
+    JSON-RPC id of each request it writes: adapter work, so "without" does
+    not pay it). Each over its own in-memory connection to the same server
+    and tool. ``by_hand`` (a reference, not in the verdict): the ledger's
+    two steps written out around the plain session's ``call_tool`` with the
+    same ``_meta`` entries and the same result text stored, no adapter code:
+    what the two commits cost around an MCP call."""
+    from mcp import ClientSession
     from mcp.client._memory import InMemoryTransport
     from mcp.server.mcpserver import MCPServer
 
-    from toolledger.adapters.mcp import MCPLedger
+    from toolledger.adapters.mcp import META_EXECUTION_ID, META_IDEMPOTENCY_KEY, MCPLedger
 
     server = MCPServer("bench")
 
@@ -250,20 +287,37 @@ async def mcp_calls(runtime):
 
     ledger_mcp = MCPLedger(runtime, server="bench")
     ledger_mcp.tool("noop_mcp", downstream=Downstream.KEY)
+    tool_name = ledger_mcp.ledger_name("noop_mcp")
+    steps = runtime.executor._driven_steps()
     ids = iter(range(10**9))
 
-    async with InMemoryTransport(server)._connect() as (read, write):
-        async with ledger_mcp.session(read, write) as session:
-            await session.initialize()
+    async with contextlib.AsyncExitStack() as stack:
+        read, write = await stack.enter_async_context(InMemoryTransport(server)._connect())
+        session = await stack.enter_async_context(ledger_mcp.session(read, write))
+        await session.initialize()
+        plain_read, plain_write = await stack.enter_async_context(InMemoryTransport(server)._connect())
+        plain_session = await stack.enter_async_context(ClientSession(plain_read, plain_write))
+        await plain_session.initialize()
 
-            async def plain():
-                await session.call_tool("noop_mcp", {"x": 1})
+        async def plain():
+            await plain_session.call_tool("noop_mcp", {"x": 1})
 
-            async def wrapped():
-                await ledger_mcp.call_tool(session, "noop_mcp", {"x": 1},
-                                           operation_id="bench-mcp", round=0, call_id=f"call_{next(ids)}")
+        async def wrapped():
+            await ledger_mcp.call_tool(session, "noop_mcp", {"x": 1},
+                                       operation_id="bench-mcp", round=0, call_id=f"call_{next(ids)}")
 
-            yield {"without": plain, "with": wrapped}
+        async def by_hand():
+            step = steps.begin("bench-mcp-by-hand", 0, tl.ToolCall(f"call_{next(ids)}", tool_name, '{"x": 1}'))
+            if type(step) is not _ffi.CallerStep.PERFORM:
+                raise RuntimeError(f"the by-hand call was not run: {step!r}")
+            request = step.attempt.request
+            meta = {META_EXECUTION_ID: request.execution_id, META_IDEMPOTENCY_KEY: request.downstream_key}
+            result = await plain_session.call_tool("noop_mcp", {"x": 1}, meta=meta)
+            text = '{"result":' + result.model_dump_json(by_alias=True, exclude_none=True) + ',"jsonrpc_id":null}'
+            steps.settle_attempt(request.execution_id, request.attempt,
+                                 _ffi.PerformOutcome.COMMITTED(result_json=text, external_id=None))
+
+        yield {"without": plain, "with": wrapped, "by_hand": by_hand}
 
 
 async def run(args, runtime) -> bool:

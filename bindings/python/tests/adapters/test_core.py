@@ -8,7 +8,9 @@ import threading
 import pytest
 
 import toolledger as tl
-from toolledger.adapters import Downstream, LedgerRuntime, OutcomeUnknown, ToolSpec, current_call, execution_id_of
+from toolledger.adapters import (
+    CallNotExecuted, Downstream, LedgerRuntime, OutcomeUnknown, ToolSpec, current_call, execution_id_of,
+)
 
 
 @pytest.fixture
@@ -81,3 +83,107 @@ def test_a_tool_that_raises_with_neither_is_unknown_and_not_retried(runtime):
     assert stored.last_reason.startswith("tool error")
     assert "ConnectionResetError" in stored.last_reason
     assert "after the request left" not in stored.last_reason
+
+
+# -- LedgerRuntime.acall: a new call's attempt run inline, the rest walked ------
+
+
+def test_an_async_call_whose_first_attempt_is_unknown_is_resent_under_the_same_key(runtime):
+    # The first attempt runs on acall's inline path; its unknown outcome
+    # (the tool raised) is answered with a resend, which the walk
+    # (`_driven.arun`) runs: the same key, the next attempt, one result.
+    runtime.register(ToolSpec(name="send", run=lambda a: None, downstream=Downstream.KEY))
+    seen = []
+
+    async def body():
+        call = current_call()
+        seen.append((call.attempt, call.downstream_key))
+        if len(seen) == 1:
+            raise ConnectionResetError("after the request left")
+        return {"sent": call.attempt}
+
+    async def main():
+        done = await runtime.acall("op", 0, "c1", "send", "{}", body)
+        with pytest.raises(LookupError):
+            current_call()  # reset in this task after each attempt
+        return done
+
+    done = asyncio.run(main())
+    assert [a for a, _ in seen] == [1, 2] and seen[0][1] == seen[1][1]
+    assert done.result_json == '{"sent":2}' and not done.replayed
+    stored = runtime.ledger.get(done.execution_id)
+    assert stored.status == tl.ExecutionStatus.COMMITTED and stored.result_json == '{"sent":2}'
+
+
+def test_an_async_call_refused_by_its_tool_is_not_run_again(runtime):
+    runtime.register(ToolSpec(name="send", run=lambda a: None, downstream=Downstream.KEY))
+    runs = []
+
+    async def body():
+        runs.append(1)
+        raise tl.NotCommitted("refused by the server", retryable=False)
+
+    with pytest.raises(CallNotExecuted) as refused:
+        asyncio.run(runtime.acall("op", 0, "c1", "send", "{}", body))
+    assert runs == [1] and isinstance(refused.value.outcome, tl.Failed)
+    assert runtime.ledger.get(refused.value.execution_id).status == tl.ExecutionStatus.FAILED_BEFORE_COMMIT
+
+
+def test_an_async_call_cancelled_in_its_tool_is_recorded_unknown(runtime):
+    # Cancelled while the inline attempt's tool runs: reported unknown before
+    # the cancellation goes on (it may have happened), never left in flight.
+    runtime.register(ToolSpec(name="send", run=lambda a: None, downstream=Downstream.NEITHER))
+
+    async def main():
+        started = asyncio.Event()
+
+        async def body():
+            started.set()
+            await asyncio.sleep(60)
+
+        task = asyncio.ensure_future(runtime.acall("op", 0, "c1", "send", "{}", body))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    [record] = runtime.ledger.list("op")
+    assert record.status == tl.ExecutionStatus.OUTCOME_UNKNOWN
+    assert "interrupted" in record.last_reason
+    with pytest.raises(OutcomeUnknown):
+        asyncio.run(runtime.acall("op", 0, "c1", "send", "{}", lambda: "never run"))
+
+
+def test_a_sync_call_whose_first_attempt_is_unknown_is_resent_under_the_same_key(runtime):
+    # `LedgerRuntime.call`'s inline first attempt, then `_driven.run`'s walk.
+    runtime.register(ToolSpec(name="send", run=lambda a: None, downstream=Downstream.KEY))
+    seen = []
+
+    def body():
+        call = current_call()
+        seen.append((call.attempt, call.downstream_key))
+        if len(seen) == 1:
+            raise TimeoutError("no answer")
+        return {"sent": call.attempt}
+
+    done = runtime.call("op", 0, "c1", "send", "{}", body)
+    with pytest.raises(LookupError):
+        current_call()  # reset in this thread after each attempt
+    assert [a for a, _ in seen] == [1, 2] and seen[0][1] == seen[1][1]
+    assert done.result_json == '{"sent":2}' and not done.replayed
+    assert runtime.ledger.get(done.execution_id).status == tl.ExecutionStatus.COMMITTED
+
+
+def test_a_sync_call_interrupted_in_its_tool_is_recorded_unknown(runtime):
+    runtime.register(ToolSpec(name="send", run=lambda a: None, downstream=Downstream.NEITHER))
+
+    def body():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runtime.call("op", 0, "c1", "send", "{}", body)
+    with pytest.raises(LookupError):
+        current_call()
+    [record] = runtime.ledger.list("op")
+    assert record.status == tl.ExecutionStatus.OUTCOME_UNKNOWN and "interrupted" in record.last_reason

@@ -192,3 +192,94 @@ def test_mcp_correlation_metadata_reaches_the_server_and_the_result(runtime):
     assert again.result == first.result
     stored = json.loads(runtime.ledger.get(first.execution_id).result_json)
     assert stored["result"] == first.result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def test_mcp_jsonrpc_id_text_is_what_json_writes():
+    # An int id (what ClientSession gives) is written without the encoder;
+    # anything else goes through it: the same text `json.dumps` writes.
+    import enum
+
+    from toolledger.adapters.mcp import _id_json
+
+    class Code(enum.IntEnum):
+        A = 3
+
+    cases = [(7, "7"), (0, "0"), (-12, "-12"), (2**70, str(2**70)), ("req-1", '"req-1"'),
+             ('q"\\é', '"q\\"\\\\\\u00e9"'), (None, "null"), (True, "true"), (Code.A, "3")]
+    for value, text in cases:
+        assert _id_json(value) == text == json.dumps(value, separators=(",", ":")), value
+
+
+def test_mcp_call_on_a_session_it_did_not_make_keeps_no_jsonrpc_id(runtime):
+    # A plain ClientSession: the id is not seen, stored as null; the first
+    # call hands back the session's own result, the replay the stored one.
+    from mcp import ClientSession
+    from mcp.client._memory import InMemoryTransport
+    from mcp.server.mcpserver import MCPServer
+
+    from toolledger.adapters.mcp import MCPLedger
+
+    server = MCPServer("mail")
+    sent = []
+
+    @server.tool()
+    def send_email(to: str) -> str:
+        """Sends an email."""
+        sent.append(to)
+        return f"sent {len(sent)}"
+
+    ledger_mcp = MCPLedger(runtime, server="mail")
+    ledger_mcp.tool("send_email", downstream=Downstream.KEY)
+
+    async def main():
+        async with InMemoryTransport(server) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                ids = dict(operation_id="conv:2", round=0, call_id="call_1")
+                first = await ledger_mcp.call_tool(session, "send_email", {"to": "b@example.com"}, **ids)
+                again = await ledger_mcp.call_tool(session, "send_email", {"to": "b@example.com"}, **ids)
+                return first, again
+
+    first, again = asyncio.run(main())
+    assert sent == ["b@example.com"]
+    assert first.jsonrpc_id is None and again.jsonrpc_id is None
+    assert not first.replayed and again.replayed
+    assert again.result == first.result and first.result.content[0].text == "sent 1"
+    stored = runtime.ledger.get(first.execution_id).result_json
+    assert stored.endswith(',"jsonrpc_id":null}')
+    assert json.loads(stored) == {"result": first.result.model_dump(mode="json", by_alias=True, exclude_none=True),
+                                  "jsonrpc_id": None}
+
+
+def test_mcp_call_keeps_the_apps_own_meta_and_sets_the_ledgers_entries(runtime):
+    from mcp.client._memory import InMemoryTransport
+    from mcp.server.mcpserver import Context, MCPServer
+
+    from toolledger.adapters.mcp import META_EXECUTION_ID, META_IDEMPOTENCY_KEY, MCPLedger
+
+    server = MCPServer("mail")
+    seen = []
+
+    @server.tool()
+    def send_email(to: str, ctx: Context) -> str:
+        """Sends an email."""
+        meta = ctx.request_context.meta
+        extra = meta if isinstance(meta, dict) else (meta.model_extra or {})
+        seen.append({k: extra.get(k) for k in ("app/trace", META_EXECUTION_ID, META_IDEMPOTENCY_KEY)})
+        return "sent"
+
+    ledger_mcp = MCPLedger(runtime, server="mail")
+    ledger_mcp.tool("send_email", downstream=Downstream.KEY)
+    app_meta = {"app/trace": "t-1", META_EXECUTION_ID: "not-the-ledgers"}
+
+    async def main():
+        async with InMemoryTransport(server) as (read, write):
+            async with ledger_mcp.session(read, write) as session:
+                await session.initialize()
+                return await ledger_mcp.call_tool(session, "send_email", {"to": "a@example.com"}, meta=app_meta,
+                                                  operation_id="conv:3", round=0, call_id="call_1")
+
+    done = asyncio.run(main())
+    key = runtime.ledger.get(done.execution_id).downstream_key
+    assert seen == [{"app/trace": "t-1", META_EXECUTION_ID: done.execution_id, META_IDEMPOTENCY_KEY: key}]
+    assert app_meta == {"app/trace": "t-1", META_EXECUTION_ID: "not-the-ledgers"}, "the app's dict is left as it was"

@@ -16,9 +16,12 @@ caller's thread (or in its task), with no hop to the library's threads:
 1. ``start``: the durable intent (or, at once, a replay, ``InFlight`` for a
    call another caller is running, an unknown outcome ...).
 2. The caller runs the tool (``body()``) with ``current_call()`` set and
-   reports what it did (``report``: the durable result). After an unknown
-   outcome the library asks for a lookup (run the same way, so it can use
-   the caller's connection: an MCP session) or a same-key resend.
+   reports what it did (``report``: the durable result). A new call's
+   attempt is run and reported right there; whatever that report answers
+   other than a finished call goes through ``toolledger._driven``'s walk:
+   after an unknown outcome the library asks for a lookup (run the same
+   way, so it can use the caller's connection: an MCP session) or a
+   same-key resend.
 3. The caller returns the ``toolledger.Completed`` (run now or replayed) or
    raises :class:`OutcomeUnknown` / :class:`CallNotExecuted`.
 
@@ -201,6 +204,9 @@ _json = json.JSONEncoder(separators=(",", ":")).encode
 _LIBRARY_ERRORS = (_ffi.LedgerError, _ffi.InternalError)
 
 
+_PERFORM_STEP = _ffi.CallerStep.PERFORM
+
+
 def _request(native: Any) -> tl.ToolRequest:
     return tl.ToolRequest._from_ffi(native)
 
@@ -345,6 +351,9 @@ class LedgerRuntime:
             # back from `begin` already as its outcome.
             steps = self.executor._driven_steps()
             step = steps.begin(operation_id, round_, tl.ToolCall(call_id, tool_name, arguments_json))
+            if type(step) is _PERFORM_STEP and not step.attempt.read_only:
+                # A new call's attempt: run and reported here (see `acall`).
+                step = self._first_attempt_sync(steps, step.attempt, spec.name, body)
             if not isinstance(step, tl.CallOutcome):
                 step = _driven.run(steps, step, perform, lookup)
         except _LIBRARY_ERRORS as e:
@@ -385,11 +394,61 @@ class LedgerRuntime:
         try:
             steps = self.executor._driven_steps()
             step = steps.begin(operation_id, round_, tl.ToolCall(call_id, tool_name, arguments_json))
+            if type(step) is _PERFORM_STEP and not step.attempt.read_only:
+                # A new call's attempt (every new call's path): the tool runs
+                # in this task and its outcome is reported here, as
+                # `_driven.arun` does for this step, without its walk; any
+                # other answer of the report goes on through the walk.
+                step = await self._first_attempt(steps, step.attempt, spec.name, body)
             if not isinstance(step, tl.CallOutcome):
                 step = await _driven.arun(steps, step, perform, lookup)
         except _LIBRARY_ERRORS as e:
             raise _translate(e) from e
         return result_of(_outcomes.from_ffi(step))
+
+    @staticmethod
+    async def _first_attempt(steps: Any, attempt: Any, name: str, body: Callable[[], Any]) -> Any:
+        """Runs ``body()`` for a side-effecting ``Perform`` attempt and
+        reports what it did by its fencing token: ``perform`` and the
+        report of ``_driven.arun`` in one step (an interruption is reported
+        as an unknown outcome before it goes on, as there)."""
+        request = attempt.request
+        token = _CURRENT.set(_request(request))
+        try:
+            value = body()
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as e:  # noqa: BLE001 - classified: refused, or "may have happened"
+            _CURRENT.reset(token)
+            outcome = _raised(name, e)
+        except BaseException:
+            _CURRENT.reset(token)
+            _driven._report(steps, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_driven._INTERRUPTED))
+            raise
+        else:
+            _CURRENT.reset(token)
+            outcome = _performed(name, value)
+        return steps.settle_attempt(request.execution_id, request.attempt, outcome)
+
+    @staticmethod
+    def _first_attempt_sync(steps: Any, attempt: Any, name: str, body: Callable[[], Any]) -> Any:
+        """:meth:`_first_attempt` for a synchronous ``body()``: ``perform``
+        and the report of ``_driven.run`` in one step."""
+        request = attempt.request
+        token = _CURRENT.set(_request(request))
+        try:
+            value = body()
+        except Exception as e:  # noqa: BLE001 - classified: refused, or "may have happened"
+            _CURRENT.reset(token)
+            outcome = _raised(name, e)
+        except BaseException:
+            _CURRENT.reset(token)
+            _driven._report(steps, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_driven._INTERRUPTED))
+            raise
+        else:
+            _CURRENT.reset(token)
+            outcome = _performed(name, value)
+        return steps.settle_attempt(request.execution_id, request.attempt, outcome)
 
     def _sync_loop(self) -> asyncio.AbstractEventLoop:
         # The package's bridge loop: where a coroutine runs for a caller (or

@@ -45,7 +45,7 @@ from mcp import ClientSession
 from mcp.types import CallToolResult
 
 from ..outcomes import redacted_repr
-from ._core import Downstream, LedgerRuntime, ToolSpec, _json, _JsonText, current_call  # noqa: F401
+from ._core import _CURRENT, Downstream, LedgerRuntime, ToolSpec, _json, _JsonText, current_call  # noqa: F401
 
 TESTED_VERSIONS = {"mcp": "2.3.0"}
 
@@ -170,42 +170,61 @@ class MCPLedger:
         when there is no result to hand back."""
         arguments = arguments or {}
         spec_name = self.ledger_name(name)
-        user_meta = kwargs.pop("meta", None) or {}
+        user_meta = kwargs.pop("meta", None)
 
-        # What this call's own request got back, and the JSON text recorded
-        # for it: when the call's outcome is that text, byte for byte, the
-        # result is handed back as the session returned it (no second
-        # conversion); any other outcome (a replay, another attempt's
-        # result) is read from what the ledger stored.
-        sent: list = []
+        # What this call's own request got back and the JSON text recorded
+        # for it: (text, result, JSON-RPC id). When the call's outcome is that
+        # text, byte for byte, the result is handed back as the session
+        # returned it (no second conversion); any other outcome (a replay,
+        # another attempt's result) is read from what the ledger stored.
+        produced = None
 
         async def body():
-            call = current_call()
-            meta = dict(user_meta)
-            meta[META_EXECUTION_ID] = call.execution_id
-            meta[META_IDEMPOTENCY_KEY] = call.downstream_key
+            nonlocal produced
+            call = _CURRENT.get()  # set by the runtime around this body
+            execution_id = call.execution_id
+            if user_meta:
+                meta = dict(user_meta)
+                meta[META_EXECUTION_ID] = execution_id
+                meta[META_IDEMPOTENCY_KEY] = call.downstream_key
+            else:
+                meta = {META_EXECUTION_ID: execution_id, META_IDEMPOTENCY_KEY: call.downstream_key}
             result = await session.call_tool(name, arguments, meta=meta, **kwargs)
-            jsonrpc_id = self._jsonrpc_ids.pop(call.execution_id, None)
+            jsonrpc_id = self._jsonrpc_ids.pop(execution_id, None)
             # {"result": <the result as MCP writes it>, "jsonrpc_id": <id>},
             # the result serialised by pydantic in one step.
             text = _JsonText(
                 '{"result":' + result.model_dump_json(by_alias=True, exclude_none=True)
-                + ',"jsonrpc_id":' + _json(jsonrpc_id) + "}"
+                + ',"jsonrpc_id":' + _id_json(jsonrpc_id) + "}"
             )
-            sent[:] = [text, result, jsonrpc_id]
+            produced = (text, result, jsonrpc_id)
             return text
 
         done = await self.runtime.acall(
             operation_id, round, call_id, spec_name, json.dumps(arguments), body
         )
-        if sent and not done.replayed and done.result_json == sent[0]:
-            return LedgerToolResult(
-                result=sent[1], execution_id=done.execution_id, replayed=False, jsonrpc_id=sent[2],
-            )
+        if produced is not None and not done.replayed and done.result_json == produced[0]:
+            return _tool_result(produced[1], done.execution_id, False, produced[2])
         stored = json.loads(done.result_json)
-        return LedgerToolResult(
-            result=CallToolResult.model_validate(stored["result"]),
-            execution_id=done.execution_id,
-            replayed=done.replayed,
-            jsonrpc_id=stored.get("jsonrpc_id"),
+        return _tool_result(
+            CallToolResult.model_validate(stored["result"]), done.execution_id, done.replayed,
+            stored.get("jsonrpc_id"),
         )
+
+
+def _id_json(jsonrpc_id: Any) -> str:
+    """The JSON text of a JSON-RPC id: an ``int`` (what ``ClientSession``
+    numbers its requests with) as ``str`` writes it, which is the text
+    ``json`` writes for it; anything else (a string id, None when the id was
+    not seen, a bool or an int subclass) through the JSON encoder."""
+    if type(jsonrpc_id) is int:
+        return str(jsonrpc_id)
+    return _json(jsonrpc_id)
+
+
+def _tool_result(result: CallToolResult, execution_id: str, replayed: bool, jsonrpc_id: Any) -> LedgerToolResult:
+    # The fields set in one step (what the frozen dataclass's __init__ does
+    # one `object.__setattr__` at a time); it has no `__post_init__`.
+    made = object.__new__(LedgerToolResult)
+    made.__dict__.update(result=result, execution_id=execution_id, replayed=replayed, jsonrpc_id=jsonrpc_id)
+    return made
