@@ -38,11 +38,14 @@ impl Prepared<'_> {
     /// request to version 3.
     fn digest_for(
         &self,
+        dao: &Dao<'_>,
         scheme: DigestScheme,
         stored: &ArgsDigest,
         ledger: &Ledger,
     ) -> Result<ArgsDigest> {
-        // As stored: keyed when the ledger is encrypted.
+        // As stored: keyed when the ledger is encrypted (under the
+        // transaction's keys: never the keys' lock while the connection is
+        // held, which a re-key takes in the other order).
         let legacy = |arguments: &str| -> Result<ArgsDigest> {
             let plain = digest_with(
                 DigestScheme::NearestDouble,
@@ -52,7 +55,7 @@ impl Prepared<'_> {
                 &ledger.config.json_limits,
             )?
             .digest;
-            Ok(ledger.store.stored_digest(plain)?)
+            Ok(dao.stored_digest(&plain))
         };
         Ok(match scheme {
             DigestScheme::Exact => self.args.digest.clone(),
@@ -149,7 +152,7 @@ impl Ledger {
             for p in calls {
                 match dao.stored_answer(&p.id)? {
                     Some(stored) if stored.status.is_committed() => {
-                        match self.answer_committed(p, stored)? {
+                        match self.answer_committed(dao, p, stored)? {
                             replay @ Begin::Replay(_) => answers.push(replay),
                             _ => return Ok(None),
                         }
@@ -183,20 +186,17 @@ impl Ledger {
         spec: &CallSpec,
     ) -> Result<Option<Begin>> {
         let mut p = self.prepare_plain(op, round, spec)?;
-        p.args.digest = match self.store.stored_digest_now(p.args.digest)? {
-            Some(digest) => digest,
-            None => return Ok(None),
-        };
         // `replays_only`'s rule and narrow read, for the current digest
-        // scheme only (an older one digests again under the keys, which
-        // may wait); a conflict is left to `begin`.
+        // scheme only; a conflict is left to `begin`. The digest is keyed
+        // under the read's own keys (taken with the connection, at once).
         let answer = self.read_now(|dao| {
+            p.args.digest = dao.stored_digest(&p.args.digest);
             Ok(match dao.stored_answer(&p.id)? {
                 Some(stored)
                     if stored.status.is_committed()
                         && stored.digest_scheme == DigestScheme::Exact =>
                 {
-                    self.answer_committed(&p, stored)
+                    self.answer_committed(dao, &p, stored)
                         .map(|answer| match answer {
                             replay @ Begin::Replay(_) => Some(replay),
                             _ => None,
@@ -271,6 +271,9 @@ impl Ledger {
     ) -> Result<Prepared<'a>> {
         let mut prepared = self.prepare_plain(op, round, spec)?;
         // In an encrypted ledger the digest stored and compared is keyed.
+        // Keyed here, before the transaction: the keys of an open ledger
+        // never change under it (encrypting and re-keying run on a ledger of
+        // their own, alone with the file: `reseal_alone`).
         prepared.args.digest = self.store.stored_digest(prepared.args.digest)?;
         Ok(prepared)
     }
@@ -395,14 +398,14 @@ impl Ledger {
         // path); any other stored status reads the whole record.
         match dao.stored_answer(&p.id)? {
             Some(stored) if stored.status.is_committed() => {
-                return self.answer_committed(p, stored);
+                return self.answer_committed(dao, p, stored);
             }
             Some(_) => {}
             None => return self.answer_unstored(dao, p, op_status),
         }
         match dao.execution(&p.id)? {
             Some(rec) => {
-                let digest = p.digest_for(rec.digest_scheme, &rec.args_digest, self)?;
+                let digest = p.digest_for(dao, rec.digest_scheme, &rec.args_digest, self)?;
                 let (answer, abandoned) =
                     self.answer_existing(dao, rec, &digest, is_cancelled(op_status), now, mono)?;
                 if abandoned {
@@ -419,8 +422,13 @@ impl Ledger {
     /// The answer for a committed execution, by the table of
     /// [`decide`]: other arguments conflict, the same ones replay (a
     /// committed record answers nothing else, whatever its operation's status).
-    fn answer_committed(&self, p: &Prepared<'_>, stored: StoredAnswer) -> Result<Begin> {
-        let digest = p.digest_for(stored.digest_scheme, &stored.args_digest, self)?;
+    fn answer_committed(
+        &self,
+        dao: &Dao<'_>,
+        p: &Prepared<'_>,
+        stored: StoredAnswer,
+    ) -> Result<Begin> {
+        let digest = p.digest_for(dao, stored.digest_scheme, &stored.args_digest, self)?;
         if digest != stored.args_digest {
             return Ok(Begin::Conflict {
                 execution_id: p.id.clone(),
@@ -447,7 +455,7 @@ impl Ledger {
         match dao.tombstone(&p.id)? {
             // Pruned long ago: refused or reported, never run again.
             Some(tomb) => {
-                let digest = p.digest_for(tomb.digest_scheme, &tomb.args_digest, self)?;
+                let digest = p.digest_for(dao, tomb.digest_scheme, &tomb.args_digest, self)?;
                 Ok(retention::answer_for_tombstone(tomb, &digest))
             }
             None if is_cancelled(op_status) => Ok(Begin::Cancelled {

@@ -90,14 +90,6 @@ impl GuardedStore {
         self.0.reseal(key)
     }
 
-    /// See `Store::stored_digest_now`.
-    pub(super) fn stored_digest_now(
-        &self,
-        plain: crate::model::ArgsDigest,
-    ) -> crate::store::Result<Option<crate::model::ArgsDigest>> {
-        self.0.stored_digest_now(plain)
-    }
-
     /// See `Store::set_sink`.
     pub(super) fn set_sink(
         &self,

@@ -54,6 +54,18 @@ impl<'a> Dao<'a> {
         }
     }
 
+    /// The digest stored for `plain` under this transaction's keys: the same
+    /// in a plain ledger, keyed (HMAC) in an encrypted one. The keys are the
+    /// ones the transaction was begun with, so a caller that holds the
+    /// connection never waits for the keys' lock (a re-key takes that lock
+    /// first and then the connection).
+    pub fn stored_digest(&self, plain: &crate::model::ArgsDigest) -> crate::model::ArgsDigest {
+        match self.keys {
+            Some(keys) => keys.keyed_digest(plain),
+            None => plain.clone(),
+        }
+    }
+
     /// Runs `f` on the hot-path statement `which` (held by the connection,
     /// or from rusqlite's cache on a bare connection).
     pub(super) fn hot<T>(

@@ -14,7 +14,6 @@ use std::sync::TryLockError;
 use std::time::Duration;
 
 use super::{crypt, run_in_transaction, set_busy_timeout, Dao, Error, Result, Store};
-use crate::model::ArgsDigest;
 
 impl Store {
     /// [`Store::read`] if it can run at once: `Ok(None)` when another call
@@ -52,18 +51,6 @@ impl Store {
             Err(Error::Busy) => Ok(None),
             Err(e) => Err(e.into()),
         }
-    }
-
-    /// [`Store::stored_digest`] if the ledger's keys are free at once
-    /// (`Ok(None)` while they are being replaced).
-    ///
-    /// # Errors
-    /// [`Error::LockPoisoned`].
-    pub fn stored_digest_now(&self, plain: ArgsDigest) -> Result<Option<ArgsDigest>> {
-        Ok(self.keys_now()?.map(|keys| match keys {
-            Some(keys) => keys.keyed_digest(&plain),
-            None => plain,
-        }))
     }
 
     /// The ledger's keys (`Some(None)`: a plain ledger), or `None` while
@@ -129,18 +116,8 @@ mod tests {
         let keys = store.keys.write().unwrap();
         let other = store.clone();
         assert_eq!(bounded(move || count(&other).unwrap()), None);
-        let other = store.clone();
-        let digest = ArgsDigest::parse("ab".repeat(32)).unwrap();
-        let plain = digest.clone();
-        assert_eq!(
-            bounded(move || other.stored_digest_now(plain).unwrap()),
-            None
-        );
         drop(keys);
-        assert_eq!(
-            store.stored_digest_now(digest.clone()).unwrap(),
-            Some(digest)
-        );
+        assert_eq!(count(&store).unwrap(), Some(0));
     }
 
     #[test]

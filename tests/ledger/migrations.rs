@@ -572,3 +572,39 @@ fn a_utf16_file_records_a_whole_call() {
         assert_eq!(used, encoding, "the file kept its encoding");
     }
 }
+
+/// A call stored by version 3 (a digest of numbers read as doubles) in a
+/// ledger encrypted since: its digest was keyed by the encryption, and a
+/// repeat of the call digests it the version 3 way under the keys of the
+/// transaction that reads it. It replays (with the stored result), and
+/// other arguments conflict.
+#[test]
+fn a_version_3_call_in_a_ledger_encrypted_since_replays() {
+    use toolledger::ledger::LedgerKey;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v3.db");
+    let (committed, _running) = v3_database(&path);
+    let key = LedgerKey::generate().unwrap();
+    Ledger::encrypt_in_place(&path, LedgerConfig::default(), &key).unwrap();
+    let ledger = Ledger::open_encrypted(&path, LedgerConfig::default(), &key).unwrap();
+    match ledger
+        .begin(
+            &op("o"),
+            0,
+            &spec("c1", "pay", r#"{"account":12345678901234567}"#),
+        )
+        .unwrap()
+    {
+        Begin::Replay(r) => {
+            assert_eq!(r.execution_id.as_str(), committed);
+            assert_eq!(r.result_json, r#"{"paid":1}"#);
+        }
+        other => panic!("expected a replay, got {other:?}"),
+    }
+    assert!(matches!(
+        ledger
+            .begin(&op("o"), 0, &spec("c1", "pay", r#"{"account":2}"#))
+            .unwrap(),
+        Begin::Conflict { .. }
+    ));
+}
