@@ -11,7 +11,13 @@
 // figures three ways: `callback` (the generated suspend `execute`: the
 // library calls the Kotlin tool back from its threads), `driven_blocking`
 // (ktx `Executor.executeBlocking` of a SyncTool: caller-driven steps on this
-// thread), `driven_suspend` (ktx `execute` of a SyncTool from a coroutine).
+// thread), `driven_suspend` (ktx `execute` of a SyncTool from a coroutine
+// whose thread is blocked in `runBlocking`, as a UI thread's event loop
+// waits: the hop to `Dispatchers.IO` and the wake-up back are paid), and
+// `driven_suspend_from_default` (the same `execute` from a coroutine that
+// already runs on `Dispatchers.Default`, as an agent loop in a worker
+// coroutine does: `Dispatchers.IO` shares its threads, so the switch needs
+// no other thread; each call is timed inside that coroutine).
 // Also printed: the heap bytes each way allocates per call on the calling
 // thread, the garbage collections (count, ms) and the JIT's compile time
 // while measuring; for every way (Rust's too) p99/p50 and how many of the
@@ -125,6 +131,20 @@ fun main(args: Array<String>) {
     fun blocking(c: ToolCall) = check(ktx!!.executeBlocking("crossing", 2, c))
     fun suspending(c: ToolCall) = check(runBlocking { ktx!!.execute("crossing", 2, c) })
     fun ownThread(c: ToolCall) = check(runBlocking { ktxOwn!!.execute("crossing", 2, c) })
+    // Calls timed inside one coroutine on Dispatchers.Default (see the top);
+    // `timed` collects them for the measuring loop below.
+    var timed: MutableList<Long>? = null
+    fun fromDefault(c: () -> ToolCall): () -> Unit = {
+        runBlocking(Dispatchers.Default) {
+            repeat(calls) {
+                val call = c()
+                val t0 = System.nanoTime()
+                check(ktx!!.execute("crossing", 2, call))
+                timed?.add(System.nanoTime() - t0)
+            }
+        }
+    }
+    val batched = mutableSetOf<String>()
 
     val replayed = call("replayed", "noop")
     val replayedSync = call("replayed", "noop_sync")
@@ -137,20 +157,24 @@ fun main(args: Array<String>) {
             ktx?.let { "kotlin_driven_blocking" to { blocking(call(newId(), "noop_sync")) } },
             ktx?.let { "kotlin_driven_suspend" to { suspending(call(newId(), "noop_sync")) } },
             ktx?.let { "kotlin_driven_suspend_own_thread" to { ownThread(call(newId(), "noop_sync")) } },
+            ktx?.let { "kotlin_driven_suspend_from_default" to fromDefault { call(newId(), "noop_sync") } },
         ),
         "replay" to listOfNotNull(
             "kotlin_callback" to { callback(replayed) },
             ktx?.let { "kotlin_driven_blocking" to { blocking(replayedSync) } },
             ktx?.let { "kotlin_driven_suspend" to { suspending(replayedSync) } },
             ktx?.let { "kotlin_driven_suspend_own_thread" to { ownThread(replayedSync) } },
+            ktx?.let { "kotlin_driven_suspend_from_default" to fromDefault { replayedSync } },
         ),
         "read_only" to listOfNotNull(
             "kotlin_callback" to { callback(call("read", "noop_read")) },
             ktx?.let { "kotlin_driven_blocking" to { blocking(call("read", "noop_read_sync")) } },
             ktx?.let { "kotlin_driven_suspend" to { suspending(call("read", "noop_read_sync")) } },
             ktx?.let { "kotlin_driven_suspend_own_thread" to { ownThread(call("read", "noop_read_sync")) } },
+            ktx?.let { "kotlin_driven_suspend_from_default" to fromDefault { call("read", "noop_read_sync") } },
         ),
     )
+    batched.addAll(listOf("executor", "replay", "read_only").map { "${it}_kotlin_driven_suspend_from_default" })
     val hop = listOf("kotlin_hop" to { runBlocking { withContext(Dispatchers.IO) { } } })
     // Warm-up: the JIT compiles the paths before anything is measured —
     // rounds of every way until a round keeps the compiler busy for less
@@ -160,14 +184,16 @@ fun main(args: Array<String>) {
     var warmRounds = 0
     do {
         val before = jit.totalCompilationTime
-        (variants.values.flatten() + hop).forEach { (_, fn) -> repeat(calls) { fn() } }
+        for ((figure, ways) in variants + ("hop" to hop)) {
+            for ((name, fn) in ways) if ("${figure}_$name" in batched) fn() else repeat(calls) { fn() }
+        }
         warmRounds++
     } while (warmRounds < 20 && (warmRounds < 2 || jit.totalCompilationTime - before >= 20))
     // Heap bytes each way allocates per call on the calling thread (the
     // suspending way's I/O thread is not counted), after the warm-up.
     val threads = java.lang.management.ManagementFactory.getThreadMXBean() as com.sun.management.ThreadMXBean
     val allocated = variants.flatMap { (figure, ways) ->
-        ways.map { (name, fn) ->
+        ways.filter { (name, _) -> "${figure}_$name" !in batched }.map { (name, fn) ->
             val before = threads.getThreadAllocatedBytes(Thread.currentThread().id)
             repeat(calls) { fn() }
             "${figure}_$name" to (threads.getThreadAllocatedBytes(Thread.currentThread().id) - before) / calls
@@ -185,6 +211,12 @@ fun main(args: Array<String>) {
             }
             for ((name, fn) in ways) {
                 val out = samples.getOrPut("${figure}_$name") { mutableListOf() }
+                if ("${figure}_$name" in batched) {
+                    timed = out
+                    fn()
+                    timed = null
+                    continue
+                }
                 repeat(calls) {
                     val t0 = System.nanoTime()
                     fn()
@@ -226,7 +258,7 @@ fun main(args: Array<String>) {
             val p50 = pct(s, 0.5)
             println(
                 "${figure}_${name}_p50_us=$p50 ${figure}_${name}_p99_us=${pct(s, 0.99)} " +
-                    "${figure}_${name}_over_rust_p50_us=${p50 - r50} ${figure}_${name}_alloc_bytes_per_call=${allocated["${figure}_$name"]} " +
+                    "${figure}_${name}_over_rust_p50_us=${p50 - r50} ${figure}_${name}_alloc_bytes_per_call=${allocated["${figure}_$name"] ?: "n/a"} " +
                     tail("${figure}_$name", s),
             )
         }
