@@ -1393,6 +1393,52 @@ mod tests {
         assert_eq!(store.path(), Some(resolved.as_path()));
     }
 
+    /// The WAL deleted while a transaction runs (what another SQLite in the
+    /// process does when it closes the file, after a full checkpoint): a
+    /// transaction that wrote nothing (a replay) answers and the next write
+    /// starts on a fresh connection and lasts; a commit that wrote to the
+    /// deleted WAL is reported (`ForeignConnection`: it may not have reached
+    /// the file).
+    #[test]
+    fn a_commit_to_a_deleted_wal_is_reported_and_one_that_wrote_nothing_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let wal = dir.path().join("s.db-wal");
+        let store = Store::open(&path, StoreOptions::default(), None).unwrap();
+        let write = |name: &str| {
+            let op = OperationId::new(name).unwrap();
+            store.write(Durability::Full, |dao| {
+                dao.ensure_operation(&op, 1).map(|_| ())
+            })
+        };
+        write("first").unwrap();
+
+        store.checkpoint().unwrap();
+        let first = OperationId::new("first").unwrap();
+        let read = store.write_now(Durability::Full, |dao| {
+            std::fs::remove_file(&wal).unwrap();
+            Ok::<_, Error>((dao.operation_status(&first)?, false))
+        });
+        assert!(matches!(read, Ok(Some(Some(_)))), "{read:?}");
+        write("after").unwrap();
+
+        store.checkpoint().unwrap();
+        let lost = OperationId::new("lost").unwrap();
+        let wrote = store.write_now(Durability::Full, |dao| {
+            std::fs::remove_file(&wal).unwrap();
+            dao.ensure_operation(&lost, 1)?;
+            Ok::<_, Error>(((), true))
+        });
+        assert!(matches!(wrote, Err(Error::ForeignConnection)), "{wrote:?}");
+        drop(store);
+        let again = Store::open(&path, StoreOptions::default(), None).unwrap();
+        let after = OperationId::new("after").unwrap();
+        assert!(again
+            .read(|dao| dao.operation_status(&after))
+            .unwrap()
+            .is_some());
+    }
+
     #[test]
     fn a_wal_deleted_under_the_connection_is_noticed_before_the_next_write() {
         let dir = tempfile::tempdir().unwrap();

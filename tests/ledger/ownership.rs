@@ -1351,3 +1351,65 @@ async fn two_reconcilers_of_one_unknown_outcome_both_answer_with_the_one_result(
     assert!(rec.status.is_committed(), "{:?}", rec.status);
     assert_eq!(rec.attempt_count, 1);
 }
+
+/// After a partial commit is settled (from the whole record), every later
+/// repeat is answered from the replay's narrow read of the committed row:
+/// it must still say partial, with the same result and downstream id, in a
+/// plain and an encrypted ledger (sealed result), with the write lock free
+/// (a transaction that writes nothing) or held by another connection (a
+/// read), and in an operation cancelled since (a commit answers the same).
+#[test]
+fn a_settled_partial_commit_replays_as_partial_from_the_narrow_read() {
+    use toolledger::ledger::LedgerKey;
+    let key = LedgerKey::generate().unwrap();
+    for encrypted in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let ledger = if encrypted {
+            Ledger::open_encrypted(&path, LedgerConfig::default(), &key).unwrap()
+        } else {
+            open_at(&path).0
+        };
+        let s = spec("c1", "send_all", FIVE);
+        let Begin::Execute(t) = ledger.begin(&op("o"), 0, &s).unwrap() else {
+            panic!()
+        };
+        for i in 0..2 {
+            ledger
+                .record_batch_item(&t.attempt_id(), i, &format!(r#"{{"item":{i}}}"#), None)
+                .unwrap();
+        }
+        ledger
+            .fail_before_commit(&t.attempt_id(), "item 2: refused", false)
+            .unwrap();
+        let Begin::Replay(settled) = ledger.begin(&op("o"), 0, &s).unwrap() else {
+            panic!()
+        };
+        assert!(settled.partial);
+        let same = |answer: Begin, how: &str| match answer {
+            Begin::Replay(r) => {
+                assert!(r.partial, "{how} (encrypted: {encrypted}): not partial");
+                assert_eq!(r.result_json, settled.result_json, "{how}");
+                assert_eq!(r.external_id, settled.external_id, "{how}");
+                assert_eq!(r.execution_id, t.execution_id, "{how}");
+            }
+            other => panic!("{how} (encrypted: {encrypted}): {other:?}"),
+        };
+        same(ledger.begin(&op("o"), 0, &s).unwrap(), "write lock free");
+        let holder = rusqlite::Connection::open(&path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        same(ledger.begin(&op("o"), 0, &s).unwrap(), "write lock held");
+        holder.execute_batch("ROLLBACK").unwrap();
+        ledger.cancel_operation(&op("o")).unwrap();
+        same(
+            ledger.begin(&op("o"), 0, &s).unwrap(),
+            "operation cancelled",
+        );
+        assert!(matches!(
+            ledger
+                .begin(&op("o"), 0, &spec("c1", "send_all", r#"{"items":[]}"#))
+                .unwrap(),
+            Begin::Conflict { .. }
+        ));
+    }
+}

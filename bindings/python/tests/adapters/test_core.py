@@ -187,3 +187,60 @@ def test_a_sync_call_interrupted_in_its_tool_is_recorded_unknown(runtime):
         current_call()
     [record] = runtime.ledger.list("op")
     assert record.status == tl.ExecutionStatus.OUTCOME_UNKNOWN and "interrupted" in record.last_reason
+
+
+# -- the inline first attempt: an error while its outcome is classified ---------
+
+
+def _too_deep():
+    # A value the JSON encoder gives up on with RecursionError (not the
+    # TypeError / ValueError a result that is not JSON raises).
+    value = []
+    for _ in range(100_000):
+        value = [value]
+    return value
+
+
+def test_a_sync_result_that_breaks_the_encoder_is_recorded_unknown_not_left_in_flight(runtime):
+    # What `_driven.run` does for an attempt whose perform raises: reported
+    # unknown before the error goes on. An error raised while the tool's
+    # value is classified must not leave the attempt `executing`.
+    runtime.register(ToolSpec(name="send", run=lambda a: None, downstream=Downstream.NEITHER))
+    with pytest.raises(RecursionError):
+        runtime.call("op", 0, "c1", "send", "{}", _too_deep)
+    [record] = runtime.ledger.list("op")
+    assert record.status == tl.ExecutionStatus.OUTCOME_UNKNOWN and "interrupted" in record.last_reason
+    with pytest.raises(OutcomeUnknown):
+        runtime.call("op", 0, "c1", "send", "{}", lambda: "never run")
+
+
+def test_an_async_result_that_breaks_the_encoder_is_recorded_unknown_not_left_in_flight(runtime):
+    runtime.register(ToolSpec(name="send", run=lambda a: None, downstream=Downstream.NEITHER))
+
+    async def body():
+        return _too_deep()
+
+    with pytest.raises(RecursionError):
+        asyncio.run(runtime.acall("op", 0, "c1", "send", "{}", body))
+    [record] = runtime.ledger.list("op")
+    assert record.status == tl.ExecutionStatus.OUTCOME_UNKNOWN and "interrupted" in record.last_reason
+    with pytest.raises(OutcomeUnknown):
+        asyncio.run(runtime.acall("op", 0, "c1", "send", "{}", lambda: "never run"))
+
+
+def test_a_refusal_that_breaks_its_classification_is_recorded_unknown_not_left_in_flight(runtime):
+    # A NotCommitted subclass that never set `reason`: classifying it raises
+    # AttributeError; the attempt is reported unknown all the same.
+    runtime.register(ToolSpec(name="send", run=lambda a: None, downstream=Downstream.NEITHER))
+
+    class Refused(tl.NotCommitted):
+        def __init__(self):
+            Exception.__init__(self, "refused")
+
+    def body():
+        raise Refused()
+
+    with pytest.raises(AttributeError):
+        runtime.call("op", 0, "c1", "send", "{}", body)
+    [record] = runtime.ledger.list("op")
+    assert record.status == tl.ExecutionStatus.OUTCOME_UNKNOWN

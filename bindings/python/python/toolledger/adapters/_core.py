@@ -413,21 +413,28 @@ class LedgerRuntime:
         report of ``_driven.arun`` in one step (an interruption is reported
         as an unknown outcome before it goes on, as there)."""
         request = attempt.request
-        token = _CURRENT.set(_request(request))
+        # The outer handler is `_driven.arun`'s around `perform`: whatever
+        # escapes — an interruption, or an error while the outcome is
+        # classified (a result the encoder gives up on) — is reported unknown
+        # before it goes on, never left in flight.
         try:
-            value = body()
-            if inspect.isawaitable(value):
-                value = await value
-        except Exception as e:  # noqa: BLE001 - classified: refused, or "may have happened"
-            _CURRENT.reset(token)
-            outcome = _raised(name, e)
+            token = _CURRENT.set(_request(request))
+            try:
+                value = body()
+                if inspect.isawaitable(value):
+                    value = await value
+            except Exception as e:  # noqa: BLE001 - classified: refused, or "may have happened"
+                _CURRENT.reset(token)
+                outcome = _raised(name, e)
+            except BaseException:
+                _CURRENT.reset(token)
+                raise
+            else:
+                _CURRENT.reset(token)
+                outcome = _performed(name, value)
         except BaseException:
-            _CURRENT.reset(token)
             _driven._report(steps, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_driven._INTERRUPTED))
             raise
-        else:
-            _CURRENT.reset(token)
-            outcome = _performed(name, value)
         return steps.settle_attempt(request.execution_id, request.attempt, outcome)
 
     @staticmethod
@@ -435,19 +442,22 @@ class LedgerRuntime:
         """:meth:`_first_attempt` for a synchronous ``body()``: ``perform``
         and the report of ``_driven.run`` in one step."""
         request = attempt.request
-        token = _CURRENT.set(_request(request))
-        try:
-            value = body()
-        except Exception as e:  # noqa: BLE001 - classified: refused, or "may have happened"
-            _CURRENT.reset(token)
-            outcome = _raised(name, e)
+        try:  # as in `_first_attempt`: nothing escapes unreported
+            token = _CURRENT.set(_request(request))
+            try:
+                value = body()
+            except Exception as e:  # noqa: BLE001 - classified: refused, or "may have happened"
+                _CURRENT.reset(token)
+                outcome = _raised(name, e)
+            except BaseException:
+                _CURRENT.reset(token)
+                raise
+            else:
+                _CURRENT.reset(token)
+                outcome = _performed(name, value)
         except BaseException:
-            _CURRENT.reset(token)
             _driven._report(steps, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_driven._INTERRUPTED))
             raise
-        else:
-            _CURRENT.reset(token)
-            outcome = _performed(name, value)
         return steps.settle_attempt(request.execution_id, request.attempt, outcome)
 
     def _sync_loop(self) -> asyncio.AbstractEventLoop:

@@ -80,11 +80,15 @@ class Executor @JvmOverloads constructor(
      *
      * A replay is answered on the calling thread when the library can
      * answer it at once (`startNow`: the ledger's one connection free at
-     * this moment, a read that never waits for the disk or another call),
+     * this moment, a read that never waits for another call's lock, an fsync
+     * or SQLite's busy handler),
      * with no hop; when it cannot — a new call, a read-only tool, the
      * connection held by another call across its fsync or by the deferred
      * commits' flush — the call goes to [dispatcher] as before. The calling
-     * thread (Android's main thread) never waits for the disk. Bad input
+     * thread (Android's main thread) never waits for a lock or a sync; the
+     * read itself may still load a few pages from the file when SQLite's
+     * page cache does not hold them (after opening or resuming the
+     * ledger, or after another process wrote to it). Bad input
      * and a suspended ledger throw what the dispatcher's path throws.
      */
     suspend fun execute(operationId: String, round: Int, call: ToolCall): CallOutcome {
