@@ -88,8 +88,9 @@ pub struct StatusFields<'a> {
 
 /// What answers a repeated `begin` of a stored execution when it committed
 /// (see [`Dao::stored_answer`]); for any other status only `status` and the
-/// digest say anything.
-#[derive(Debug, Clone)]
+/// digest say anything. No `Debug` of the values: printed, it shows the
+/// status and flags, never the result or the downstream's id.
+#[derive(Clone)]
 pub struct StoredAnswer {
     /// Its status.
     pub status: ExecutionStatus,
@@ -103,6 +104,16 @@ pub struct StoredAnswer {
     pub external_id: Option<String>,
     /// An independent batch that committed in part.
     pub partial: bool,
+}
+
+impl std::fmt::Debug for StoredAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredAnswer")
+            .field("status", &self.status)
+            .field("digest_scheme", &self.digest_scheme)
+            .field("partial", &self.partial)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Dao<'_> {
@@ -575,5 +586,25 @@ impl Dao<'_> {
             }
         }
         Ok(entries)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_printed_stored_answer_shows_no_result_or_downstream_id() {
+        let answer = StoredAnswer {
+            status: ExecutionStatus::Committed,
+            args_digest: ArgsDigest::parse("ab".repeat(32)).unwrap(),
+            digest_scheme: DigestScheme::Exact,
+            result_json: Some(r#"{"iban":"CANARY-RESULT"}"#.to_owned()),
+            external_id: Some("CANARY-EXTERNAL".to_owned()),
+            partial: true,
+        };
+        let printed = format!("{answer:?} {answer:#?}");
+        assert!(!printed.contains("CANARY"), "{printed}");
+        assert!(printed.contains("Committed") && printed.contains("partial: true"));
     }
 }
