@@ -223,10 +223,9 @@ fn run(
     let r = &mut request;
     let answer = match step {
         STEP_START | STEP_START_NOW => {
-            let operation_id = match <OperationId as Lift<UniFfiTag>>::try_read(r) {
+            let operation_id = match read_id::<OperationId>(r) {
                 Ok(id) => id,
-                // An id the validating converter refused: the error it carries.
-                Err(e) => return Ok(Err(invalid(e))),
+                Err(e) => return Ok(Err(e)),
             };
             let round = read::<u32>(r)?;
             let call = read::<ToolCall>(r)?;
@@ -260,9 +259,9 @@ fn run(
             executor.retry(attempt)
         }
         STEP_REPORT_ATTEMPT => {
-            let execution_id = match <ExecutionId as Lift<UniFfiTag>>::try_read(r) {
+            let execution_id = match read_id::<ExecutionId>(r) {
                 Ok(id) => id,
-                Err(e) => return Ok(Err(invalid(e))),
+                Err(e) => return Ok(Err(e)),
             };
             let attempt = read::<u32>(r)?;
             let outcome = read::<PerformOutcome>(r)?;
@@ -272,6 +271,12 @@ fn run(
         other => return Err(format!("toolledger_direct_step: unknown step {other}")),
     };
     Ok(answer.map(Some))
+}
+
+/// An id read with its validating converter; one it refuses is the
+/// `LedgerError` that converter carries (as the generated method gives it).
+fn read_id<T: Lift<UniFfiTag>>(r: &mut &[u8]) -> Result<T, LedgerError> {
+    T::try_read(r).map_err(invalid)
 }
 
 fn read<T: Lift<UniFfiTag>>(r: &mut &[u8]) -> Result<T, String> {

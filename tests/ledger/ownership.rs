@@ -12,7 +12,9 @@ use toolledger::executor::{
     BatchMode, CallOutcome, Executor, ExecutorConfig, PerformOutcome, ToolDescriptor, ToolError,
     ToolHandler, ToolRequest,
 };
-use toolledger::ledger::{Begin, Error, Ledger, LedgerConfig, ManualClock, Resolution, Resolved};
+use toolledger::ledger::{
+    Begin, CallSpec, Error, Ledger, LedgerConfig, ManualClock, Resolution, Resolved, Ticket,
+};
 use toolledger::model::{ExecutionId, ExecutionStatus, OperationStatus, ToolCall};
 use toolledger_test_support as support;
 use toolledger_test_support::downstream;
@@ -854,12 +856,11 @@ async fn a_batch_result_over_the_limits_commits_and_does_not_wedge_recovery() {
     assert!(exec.recover().await.unwrap().outcomes.is_empty());
 }
 
-#[test]
-fn a_version_3_batch_left_failed_with_committed_items_is_settled_as_partial() {
-    let dir = tempfile::tempdir().unwrap();
-    let (ledger, _clock) = open_at(&dir.path().join("l.db"));
-    let s = spec("c1", "send_all", FIVE);
-    let Begin::Execute(t) = ledger.begin(&op("o"), 0, &s).unwrap() else {
+/// Begins `s` (a batch) in operation `o`, round 0, commits its items 0 and 1
+/// and then fails it before commit, not retryable: the state a version 3
+/// ledger left a partly sent batch in.
+fn two_items_then_refused(ledger: &Ledger, s: &CallSpec) -> Ticket {
+    let Begin::Execute(t) = ledger.begin(&op("o"), 0, s).unwrap() else {
         panic!()
     };
     for i in 0..2 {
@@ -870,6 +871,15 @@ fn a_version_3_batch_left_failed_with_committed_items_is_settled_as_partial() {
     ledger
         .fail_before_commit(&t.attempt_id(), "item 2: refused", false)
         .unwrap();
+    t
+}
+
+#[test]
+fn a_version_3_batch_left_failed_with_committed_items_is_settled_as_partial() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, _clock) = open_at(&dir.path().join("l.db"));
+    let s = spec("c1", "send_all", FIVE);
+    let t = two_items_then_refused(&ledger, &s);
     // Asked again: never "failed" (items happened), never run again.
     let Begin::Replay(r) = ledger.begin(&op("o"), 0, &s).unwrap() else {
         panic!()
@@ -1371,17 +1381,7 @@ fn a_settled_partial_commit_replays_as_partial_from_the_narrow_read() {
             open_at(&path).0
         };
         let s = spec("c1", "send_all", FIVE);
-        let Begin::Execute(t) = ledger.begin(&op("o"), 0, &s).unwrap() else {
-            panic!()
-        };
-        for i in 0..2 {
-            ledger
-                .record_batch_item(&t.attempt_id(), i, &format!(r#"{{"item":{i}}}"#), None)
-                .unwrap();
-        }
-        ledger
-            .fail_before_commit(&t.attempt_id(), "item 2: refused", false)
-            .unwrap();
+        let t = two_items_then_refused(&ledger, &s);
         let Begin::Replay(settled) = ledger.begin(&op("o"), 0, &s).unwrap() else {
             panic!()
         };

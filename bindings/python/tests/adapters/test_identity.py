@@ -149,6 +149,13 @@ def test_openai_agents_same_run_id_replays_a_new_one_runs(runtime):
 # -- MCP ------------------------------------------------------------------------------
 
 
+def _request_meta(ctx):
+    """The `_meta` entries of the request an MCP tool is serving (a dict, or
+    the model's extra fields, by MCP version)."""
+    meta = ctx.request_context.meta
+    return meta if isinstance(meta, dict) else (meta.model_extra or {})
+
+
 def test_mcp_correlation_metadata_reaches_the_server_and_the_result(runtime):
     from mcp.client._memory import InMemoryTransport
     from mcp.server.mcpserver import Context, MCPServer
@@ -161,8 +168,7 @@ def test_mcp_correlation_metadata_reaches_the_server_and_the_result(runtime):
     @server.tool()
     def send_email(to: str, ctx: Context) -> str:
         """Sends an email."""
-        meta = ctx.request_context.meta
-        extra = meta if isinstance(meta, dict) else (meta.model_extra or {})
+        extra = _request_meta(ctx)
         seen.append((ctx.request_id, extra.get(META_EXECUTION_ID), extra.get(META_IDEMPOTENCY_KEY)))
         return f"sent {len(seen)} ✓"  # not ASCII: stored as UTF-8, read back the same
 
@@ -263,8 +269,7 @@ def test_mcp_call_keeps_the_apps_own_meta_and_sets_the_ledgers_entries(runtime):
     @server.tool()
     def send_email(to: str, ctx: Context) -> str:
         """Sends an email."""
-        meta = ctx.request_context.meta
-        extra = meta if isinstance(meta, dict) else (meta.model_extra or {})
+        extra = _request_meta(ctx)
         seen.append({k: extra.get(k) for k in ("app/trace", META_EXECUTION_ID, META_IDEMPOTENCY_KEY)})
         return "sent"
 

@@ -33,15 +33,7 @@ import java.nio.ByteOrder
  */
 internal object DirectSteps {
     fun start(executor: ToolExecutor, operationId: String, round: UInt, call: ToolCall): CallerStep =
-        step(
-            executor, STEP_START,
-            FfiConverterString.allocationSize(operationId) + FfiConverterUInt.allocationSize(round) +
-                FfiConverterTypeToolCall.allocationSize(call),
-        ) {
-            FfiConverterString.write(operationId, it)
-            FfiConverterUInt.write(round, it)
-            FfiConverterTypeToolCall.write(call, it)
-        }
+        step(executor, STEP_START, startSize(operationId, round, call)) { writeStart(operationId, round, call, it) }
 
     /**
      * `ToolExecutor.startNow`: the step when the library answers at once
@@ -50,15 +42,18 @@ internal object DirectSteps {
      * errors and answer as [start].
      */
     fun startNow(executor: ToolExecutor, operationId: String, round: UInt, call: ToolCall): CallerStep? =
-        stepOrNull(
-            executor, STEP_START_NOW,
-            FfiConverterString.allocationSize(operationId) + FfiConverterUInt.allocationSize(round) +
-                FfiConverterTypeToolCall.allocationSize(call),
-        ) {
-            FfiConverterString.write(operationId, it)
-            FfiConverterUInt.write(round, it)
-            FfiConverterTypeToolCall.write(call, it)
-        }
+        stepOrNull(executor, STEP_START_NOW, startSize(operationId, round, call)) { writeStart(operationId, round, call, it) }
+
+    /** The bytes of a start request ([start] and [startNow] send the same). */
+    private fun startSize(operationId: String, round: UInt, call: ToolCall): ULong =
+        FfiConverterString.allocationSize(operationId) + FfiConverterUInt.allocationSize(round) +
+            FfiConverterTypeToolCall.allocationSize(call)
+
+    private fun writeStart(operationId: String, round: UInt, call: ToolCall, buf: ByteBuffer) {
+        FfiConverterString.write(operationId, buf)
+        FfiConverterUInt.write(round, buf)
+        FfiConverterTypeToolCall.write(call, buf)
+    }
 
     fun report(executor: ToolExecutor, attempt: CallerAttempt, outcome: PerformOutcome): CallerStep =
         step(

@@ -56,6 +56,14 @@ private suspend fun <T> onCallerThread(block: suspend CoroutineScope.() -> T): T
     }
 }
 
+/** Counts in [ticks] every 10 ms on this scope's thread until cancelled: it keeps counting only while that thread is free. */
+private fun CoroutineScope.tick(ticks: AtomicInteger) = launch {
+    while (true) {
+        delay(10)
+        ticks.incrementAndGet()
+    }
+}
+
 /**
  * Another connection (a python3 process, stdlib sqlite3) holding the write
  * lock of the database at [path] (`BEGIN IMMEDIATE`) until [close].
@@ -158,12 +166,7 @@ val suspendCallTests = listOf(
             onCallerThread {
                 // The caller's thread runs other work while the call waits.
                 val ticks = AtomicInteger()
-                val ticker = launch {
-                    while (true) {
-                        delay(10)
-                        ticks.incrementAndGet()
-                    }
-                }
+                val ticker = tick(ticks)
                 // A replay needs no write lock: answered from a read, in place.
                 val dispatched = io.dispatches.get()
                 val replay = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
@@ -224,12 +227,7 @@ val suspendCallTests = listOf(
             }
             onCallerThread {
                 val ticks = AtomicInteger()
-                val ticker = launch {
-                    while (true) {
-                        delay(10)
-                        ticks.incrementAndGet()
-                    }
-                }
+                val ticker = tick(ticks)
                 val before = io.dispatches.get()
                 val replay = async { executor.execute("op_1", 0, emailCall()) }
                 // It went to the dispatcher and waits there, not here.
