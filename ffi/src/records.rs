@@ -509,6 +509,7 @@ impl From<LedgerConfig> for ledger::LedgerConfig {
                 reconcile_within: c.reconcile_within_ms.map(Duration::from_millis),
             },
             sqlite_vfs: None,
+            idle_checkpoint: ledger::IdleCheckpoint::default(),
         }
     }
 }

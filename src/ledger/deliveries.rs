@@ -328,6 +328,7 @@ impl Ledger {
         f: impl FnOnce(&Dao<'_>) -> Result<T>,
     ) -> Result<T> {
         let mut taken: Vec<DeliveryMark> = Vec::new();
+        self.flusher.note_write(&self.store.0);
         let out = self.store.0.write(durability, |dao| {
             // Taken under the store's lock: no other write applies them too.
             taken = std::mem::take(&mut self.deliveries_lock().queued);
@@ -355,6 +356,7 @@ impl Ledger {
     ) -> Result<Option<T>> {
         let mut taken: Vec<DeliveryMark> = Vec::new();
         let mut wrote = false;
+        self.flusher.note_write(&self.store.0);
         let out = self.store.0.write_now(durability, |dao| {
             let before = dao.total_changes();
             let out = f(dao)?;

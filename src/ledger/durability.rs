@@ -86,6 +86,55 @@ impl Default for DeferredCommits {
     }
 }
 
+/// The WAL checkpoint taken off the calls' path.
+///
+/// SQLite copies the write-ahead log into the database file (a checkpoint)
+/// inside the commit that takes the log past 1,000 pages: about once every
+/// 250 side-effecting calls, that call pays the copy and two syncs (on a
+/// phone, milliseconds). With this on, once the ledger has made `writes`
+/// write transactions since its last checkpoint and then written nothing for
+/// `after`, a background thread of the ledger checkpoints instead (SQLite's
+/// PASSIVE mode: it never waits for another connection and never blocks
+/// one's readers), so the next write starts the log over and no call pays
+/// the copy. A ledger that is never idle that long keeps SQLite's checkpoint
+/// in the commit. The checkpoint adds no durability of its own to rely on:
+/// deferred commits keep their own deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleCheckpoint {
+    /// How long the ledger must have written nothing. `Duration::MAX`: off
+    /// (no thread; deterministic storage simulations).
+    pub after: Duration,
+    /// How many write transactions since the last checkpoint make one worth
+    /// its two syncs (at least 1).
+    pub writes: u32,
+}
+
+impl IdleCheckpoint {
+    /// Never checkpoint from the background: only SQLite's own checkpoint
+    /// (in a commit), `checkpoint()`, `prune()` and `suspend()`.
+    pub const OFF: IdleCheckpoint = IdleCheckpoint {
+        after: Duration::MAX,
+        writes: u32::MAX,
+    };
+
+    /// True when a background checkpoint can happen.
+    pub fn is_on(&self) -> bool {
+        self.after != Duration::MAX && self.writes != u32::MAX
+    }
+}
+
+impl Default for IdleCheckpoint {
+    /// After 128 write transactions (about 64 calls, a quarter of what makes
+    /// SQLite checkpoint in a commit) and a quarter of a second without a
+    /// write.
+    fn default() -> Self {
+        IdleCheckpoint {
+            after: Duration::from_millis(250),
+            writes: 128,
+        }
+    }
+}
+
 /// How durable one commit must be when it returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitSync {

@@ -67,7 +67,9 @@ pub use answers::{
 };
 pub use clock::{Clock, ManualClock, Monotonic, SystemClock};
 pub use decide::NextStep;
-pub use durability::{CommitSync, DeferredCommits, Downstream, DEFAULT_DEFERRED_DEADLINE};
+pub use durability::{
+    CommitSync, DeferredCommits, Downstream, IdleCheckpoint, DEFAULT_DEFERRED_DEADLINE,
+};
 pub use error::{Error, Result};
 pub use inspect::{Inspector, OperationView, PageCursor, Summary};
 pub use jobs::{JobApplied, JobUpdate};
@@ -119,6 +121,9 @@ pub struct LedgerConfig {
     /// (`None`: SQLite's default for the platform). For storage simulations
     /// (tests/power_loss) and platforms that bring their own.
     pub sqlite_vfs: Option<String>,
+    /// When the write-ahead log is checkpointed by a background thread
+    /// instead of inside a call's commit ([`IdleCheckpoint`]).
+    pub idle_checkpoint: IdleCheckpoint,
 }
 
 impl Default for LedgerConfig {
@@ -129,6 +134,7 @@ impl Default for LedgerConfig {
             busy_timeout: Duration::from_secs(5),
             deferred_commits: DeferredCommits::default(),
             sqlite_vfs: None,
+            idle_checkpoint: IdleCheckpoint::default(),
         }
     }
 }
@@ -201,7 +207,7 @@ impl Ledger {
     fn with_store(store: Store, config: LedgerConfig, clock: Arc<dyn Clock>) -> Result<Ledger> {
         let sessions = Sessions::start(store.path(), SessionId::generate())
             .map_err(|e| Error::Session(e.kind().to_string()))?;
-        let flusher = Flusher::new(config.deferred_commits.deadline);
+        let flusher = Flusher::new(config.deferred_commits.deadline, config.idle_checkpoint);
         let ledger = Ledger {
             store: GuardedStore::new(store),
             clock,

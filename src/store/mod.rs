@@ -97,6 +97,23 @@ pub enum DeferredDue {
     Synced,
 }
 
+/// What [`Store::checkpoint_idle`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleCheckpointRun {
+    /// A write began since the ledger went idle: not run.
+    NotIdle,
+    /// Nothing to checkpoint: the store is suspended or in memory.
+    Nothing,
+    /// Ran: the WAL's frames, and how many of them are in the main file now
+    /// (fewer when another connection's reader still needs older ones).
+    Ran {
+        /// Frames in the WAL.
+        frames: i64,
+        /// Frames copied into the main file.
+        copied: i64,
+    },
+}
+
 /// Options for opening a store.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -770,6 +787,41 @@ impl Store {
             return Err(Error::Busy);
         }
         Ok(())
+    }
+
+    /// The background checkpoint of an idle ledger: copies what it can of
+    /// the WAL into the main file without waiting for any lock (SQLite's
+    /// PASSIVE mode), so that the next write starts the WAL over. Runs only
+    /// if `still_idle()`, asked under the store's lock (a write that began
+    /// meanwhile skips it).
+    ///
+    /// SQLite syncs the WAL before it copies frames out of it, so when every
+    /// frame was copied every deferred write is durable too: nothing is left
+    /// for the deadline sync.
+    ///
+    /// # Errors
+    /// Storage errors of the checkpoint (a full disk); nothing written is
+    /// lost by one.
+    pub fn checkpoint_idle(&self, still_idle: impl FnOnce() -> bool) -> Result<IdleCheckpointRun> {
+        let mut guard = self.lock()?;
+        let Some(open) = guard.as_mut() else {
+            return Ok(IdleCheckpointRun::Nothing);
+        };
+        if self.location == Location::Memory {
+            return Ok(IdleCheckpointRun::Nothing);
+        }
+        if !still_idle() {
+            return Ok(IdleCheckpointRun::NotIdle);
+        }
+        let (busy, frames, copied): (i64, i64, i64) =
+            open.conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
+        if busy == 0 && frames >= 0 && copied == frames {
+            open.unsynced_since = None;
+        }
+        Ok(IdleCheckpointRun::Ran { frames, copied })
     }
 
     /// Checkpoints the WAL into the main file and closes the connection, so

@@ -30,12 +30,13 @@
 //! several cuts); `TOOLLEDGER_POWER_SEED=<seed>` replays one, printing what
 //! it did. A failing seed prints itself, its cut and the replay command.
 
+mod idle_checkpoint;
 mod world;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolledger::ledger::{DeferredCommits, LedgerConfig};
+use toolledger::ledger::{DeferredCommits, IdleCheckpoint, LedgerConfig};
 use toolledger_test_support::power_vfs::{Loss, Machine};
 use world::{Plan, Rng};
 
@@ -45,8 +46,10 @@ const CUTS_PER_SEED: u64 = 6;
 const BASE_SEED: u64 = 17_000;
 
 /// The ledger configuration of one run: the policy on (the default) or off
-/// (every commit durable: the two-sync path), no deadline thread (the
-/// workload makes the deadline pass explicitly, so a seed replays exactly).
+/// (every commit durable: the two-sync path), no background thread (the
+/// workload makes the deadline pass explicitly, and checkpoints happen only
+/// where it asks for them or SQLite makes one in a commit, so a seed replays
+/// exactly).
 fn config(machine: &Machine, deferred: bool) -> LedgerConfig {
     LedgerConfig {
         deferred_commits: DeferredCommits {
@@ -54,6 +57,7 @@ fn config(machine: &Machine, deferred: bool) -> LedgerConfig {
             deadline: Duration::MAX,
             reconcile_within: None,
         },
+        idle_checkpoint: IdleCheckpoint::OFF,
         sqlite_vfs: Some(machine.vfs_name().to_owned()),
         ..LedgerConfig::default()
     }

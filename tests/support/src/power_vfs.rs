@@ -115,6 +115,9 @@ struct Disk {
     syncs: u64,
     /// Syncs per file name.
     file_syncs: BTreeMap<String, u64>,
+    /// Syncs per file name and the name of the thread that made them
+    /// (`""` for an unnamed thread).
+    thread_syncs: BTreeMap<(String, String), u64>,
     next_handle: u64,
 }
 
@@ -217,6 +220,18 @@ impl Machine {
         d.file_syncs
             .iter()
             .filter(|(name, _)| name.ends_with(suffix))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Syncs so far of the files whose name ends with `suffix`, made by the
+    /// thread named `thread` (the ledger's background thread is
+    /// `toolledger-sync`; a test's own thread is named after the test).
+    pub fn syncs_of_by(&self, suffix: &str, thread: &str) -> u64 {
+        let d = lock(&self.disk);
+        d.thread_syncs
+            .iter()
+            .filter(|((name, by), _)| name.ends_with(suffix) && by == thread)
             .map(|(_, n)| n)
             .sum()
     }
@@ -624,6 +639,8 @@ unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, _flags: c_int) -> c_in
     }
     d.syncs += 1;
     *d.file_syncs.entry(f.name.clone()).or_default() += 1;
+    let by = std::thread::current().name().unwrap_or_default().to_owned();
+    *d.thread_syncs.entry((f.name.clone(), by)).or_default() += 1;
     let Some(fd) = d.files.get_mut(&f.name) else {
         return ffi::SQLITE_IOERR_FSYNC;
     };

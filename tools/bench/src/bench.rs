@@ -70,6 +70,7 @@ struct Figures {
     bytes: (f64, Vec<(String, f64)>),
     frames: fig::WalFrames,
     recover: fig::RecoverFigure,
+    paced: fig::PacedFigure,
     syncs: Option<Syncs>,
     delayed: Option<(f64, f64)>,
     instructions: Option<Instructions>,
@@ -142,6 +143,8 @@ fn run_all(args: &BenchArgs, dir: &std::path::Path) -> CliResult<()> {
     };
     progress("recover() on a large history");
     let recover = fig::recover(dir, args.recover_rows)?;
+    progress("paced calls, the idle checkpoint on and off");
+    let paced = fig::paced(dir, args.paced_bursts, args.paced_calls)?;
     let figures = Figures {
         happy,
         replay,
@@ -152,6 +155,7 @@ fn run_all(args: &BenchArgs, dir: &std::path::Path) -> CliResult<()> {
         bytes,
         frames,
         recover,
+        paced,
         syncs,
         delayed,
         instructions,
@@ -392,6 +396,24 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
         f.frames.floor1,
         f.frames.floor
     );
+    let p = &f.paced;
+    let paced_line = |label: &str, run: &fig::PacedRun| {
+        say!(
+            "  {label:<44} calls that ran a checkpoint {:>3}  p50 {:>7.1} µs  p99 {:>7.1} µs  max {:>8.1} µs",
+            run.checkpointing,
+            run.samples.quantile_us(0.5),
+            run.samples.quantile_us(0.99),
+            run.samples.quantile_us(1.0)
+        );
+    };
+    say!(
+        "paced calls: {} bursts of {} key-tool calls per ledger, a {} ms pause after each (both ledgers in the same run)",
+        p.bursts,
+        p.calls,
+        p.pause.as_millis()
+    );
+    paced_line("idle checkpoint on (the default)", &p.on);
+    paced_line("idle checkpoint off (SQLite's, in a commit)", &p.off);
     let rss = peak_rss_kib();
     say!(
         "peak RSS: {}",
@@ -464,6 +486,22 @@ fn print_report(args: &BenchArgs, dir: &std::path::Path, f: &Figures) {
             format!("{:.1}", replay.quantile_us(0.99)),
         ),
         ("replay_wal_commits".into(), replay_commits.to_string()),
+        (
+            "paced_checkpointing_calls".into(),
+            p.on.checkpointing.to_string(),
+        ),
+        (
+            "paced_checkpointing_calls_idle_off".into(),
+            p.off.checkpointing.to_string(),
+        ),
+        (
+            "paced_max_us".into(),
+            format!("{:.1}", p.on.samples.quantile_us(1.0)),
+        ),
+        (
+            "paced_max_us_idle_off".into(),
+            format!("{:.1}", p.off.samples.quantile_us(1.0)),
+        ),
         (
             "wal_frames_per_call".into(),
             format!("{:.2}", f.frames.ledger),

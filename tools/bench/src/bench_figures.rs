@@ -4,11 +4,11 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
 use toolledger::executor::{CallOutcome, Executor, ExecutorConfig};
-use toolledger::ledger::{Begin, CallSpec, Ledger, LedgerConfig};
+use toolledger::ledger::{Begin, CallSpec, IdleCheckpoint, Ledger, LedgerConfig};
 use toolledger::model::{ExecutionId, ExecutionIdParts, OperationId, ToolCall};
 
 use crate::bench_support::{
@@ -104,6 +104,83 @@ fn floor_id(series: &str, i: u64) -> CliResult<String> {
 /// Opens a ledger file with the system clock.
 pub fn open_ledger(path: &Path) -> CliResult<Arc<Ledger>> {
     Ok(Arc::new(Ledger::open(path, LedgerConfig::default())?))
+}
+
+/// One ledger's side of the paced figure.
+#[derive(Debug, Default)]
+pub struct PacedRun {
+    /// Every call's time.
+    pub samples: Samples,
+    /// Calls during which the database file itself changed (size or
+    /// modification time): the calls that ran a WAL checkpoint, the only
+    /// writer of that file in WAL mode.
+    pub checkpointing: u64,
+}
+
+/// Side-effecting calls in bursts with a pause after each, as a chat app
+/// makes them (one model turn's calls, then the model's own time), on two
+/// ledgers in the same run: the default configuration (the idle
+/// checkpoint on) and the same with it off.
+#[derive(Debug)]
+pub struct PacedFigure {
+    /// The default configuration.
+    pub on: PacedRun,
+    /// `IdleCheckpoint::OFF`.
+    pub off: PacedRun,
+    /// Bursts, and calls per burst.
+    pub bursts: u64,
+    /// Calls per burst.
+    pub calls: u64,
+    /// The pause after each burst.
+    pub pause: Duration,
+}
+
+/// The paced figure: `bursts` bursts of `calls` key-tool calls on each
+/// ledger (the two bursts back to back, so both see the same machine), then
+/// a pause a little longer than the default idle time.
+pub fn paced(dir: &Path, bursts: u64, calls: u64) -> CliResult<PacedFigure> {
+    let result = result_200();
+    let pause = IdleCheckpoint::default().after + Duration::from_millis(150);
+    let on_path = dir.join("paced_on.db");
+    let off_path = dir.join("paced_off.db");
+    let on = Ledger::open(&on_path, LedgerConfig::default())?;
+    let off = Ledger::open(
+        &off_path,
+        LedgerConfig {
+            idle_checkpoint: IdleCheckpoint::OFF,
+            ..LedgerConfig::default()
+        },
+    )?;
+    let stamp = |path: &Path| -> CliResult<(u64, Option<std::time::SystemTime>)> {
+        let meta = std::fs::metadata(path)?;
+        Ok((meta.len(), meta.modified().ok()))
+    };
+    let mut figure = PacedFigure {
+        on: PacedRun::default(),
+        off: PacedRun::default(),
+        bursts,
+        calls,
+        pause,
+    };
+    let mut i = 0u64;
+    for _ in 0..bursts {
+        for (ledger, path, run, series) in [
+            (&on, &on_path, &mut figure.on, "paced_on"),
+            (&off, &off_path, &mut figure.off, "paced_off"),
+        ] {
+            for k in 0..calls {
+                let before = stamp(path)?;
+                let ns = ledger_call(ledger, series, i + k, &result, Class::Key)?;
+                run.samples.0.push(ns);
+                if stamp(path)? != before {
+                    run.checkpointing += 1;
+                }
+            }
+        }
+        i += calls;
+        std::thread::sleep(pause);
+    }
+    Ok(figure)
 }
 
 /// The series of the happy-path figure, in their rotation order.

@@ -74,6 +74,13 @@ pub struct BenchArgs {
     /// Replays (and read-only calls) measured.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub samples: u64,
+    /// Bursts of the paced figure (calls in bursts with a pause after
+    /// each, the idle checkpoint on and off), and calls per burst.
+    #[arg(long, default_value_t = 10)]
+    pub paced_bursts: u64,
+    /// Calls per burst of the paced figure.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub paced_calls: u64,
     /// Historical executions in the recover database.
     #[arg(long, default_value_t = 1_000_000)]
     pub recover_rows: u64,

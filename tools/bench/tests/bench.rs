@@ -40,6 +40,10 @@ fn a_tiny_bench_run_prints_every_figure_as_name_value() {
         "20",
         "--recover-rows",
         "200",
+        "--paced-bursts",
+        "1",
+        "--paced-calls",
+        "3",
         "--no-strace",
         "--no-callgrind",
     ]);
@@ -60,6 +64,9 @@ fn a_tiny_bench_run_prints_every_figure_as_name_value() {
         "bytes_per_execution=",
         "fsyncs_per_call=",
         "peak_rss_kib=",
+        "paced_checkpointing_calls=",
+        "paced_checkpointing_calls_idle_off=",
+        "paced_max_us=",
     ] {
         assert!(
             text.lines().any(|l| l.starts_with(key)),

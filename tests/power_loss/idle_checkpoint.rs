@@ -1,0 +1,189 @@
+//! The idle checkpoint (`LedgerConfig::idle_checkpoint`): the WAL is
+//! copied into the database file by the ledger's background thread while
+//! the app is between calls, so no call pays SQLite's own checkpoint (a
+//! copy of the WAL and a sync of the database file inside the commit that
+//! takes the WAL past 1,000 pages).
+//!
+//! The simulated disk tells which thread synced which file: a checkpoint is
+//! the only thing that syncs the database file itself (`l.db`), and the
+//! ledger's background thread is named `toolledger-sync`.
+
+use std::time::{Duration, Instant};
+
+use toolledger::ledger::{IdleCheckpoint, Ledger, LedgerConfig};
+use toolledger_test_support::power_vfs::{Loss, Machine};
+
+use super::{config, deferred_calls};
+
+const THREAD: &str = "toolledger-sync";
+
+/// The policy on, the idle checkpoint as given.
+fn idle_config(machine: &Machine, idle: IdleCheckpoint) -> LedgerConfig {
+    LedgerConfig {
+        idle_checkpoint: idle,
+        ..config(machine, true)
+    }
+}
+
+/// Quick to trigger: 30 ms without a write, after 16 write transactions
+/// (8 calls).
+const QUICK: IdleCheckpoint = IdleCheckpoint {
+    after: Duration::from_millis(30),
+    writes: 16,
+};
+
+/// Waits (at most 10 s) until the background thread has synced the
+/// database file more than `seen` times; returns the new count.
+fn wait_for_background_checkpoint(machine: &Machine, seen: u64) -> u64 {
+    let started = Instant::now();
+    loop {
+        let now = machine.syncs_of_by("l.db", THREAD);
+        if now > seen {
+            return now;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no idle checkpoint within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Checkpoints of the database file made by any thread but the background
+/// one: in a call.
+fn checkpoints_in_calls(machine: &Machine) -> u64 {
+    machine.syncs_of("l.db") - machine.syncs_of_by("l.db", THREAD)
+}
+
+/// 12 bursts of 30 side-effecting calls (about 1,400 WAL frames in all,
+/// enough for SQLite to checkpoint inside a commit more than once), with a
+/// pause after each: with the idle checkpoint on, every checkpoint is the
+/// background thread's, one in each pause, and no call syncs the database
+/// file; with it off (the same workload, in the same run), SQLite's own
+/// checkpoint runs inside a call.
+#[test]
+fn the_idle_checkpoint_keeps_sqlites_checkpoint_out_of_every_call() {
+    const BURSTS: u32 = 12;
+    const CALLS: usize = 30;
+
+    let on = Machine::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&dir.path().join("l.db"), idle_config(&on, QUICK)).unwrap();
+    // Creating the file synced it: not a call's.
+    let opened = checkpoints_in_calls(&on);
+    let mut seen = on.syncs_of_by("l.db", THREAD);
+    for burst in 0..BURSTS {
+        deferred_calls(&ledger, burst, CALLS);
+        seen = wait_for_background_checkpoint(&on, seen);
+    }
+    assert_eq!(
+        checkpoints_in_calls(&on),
+        opened,
+        "a call synced the database file"
+    );
+    assert!(seen >= u64::from(BURSTS), "{seen} background checkpoints");
+    drop(ledger);
+
+    let off = Machine::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(
+        &dir.path().join("l.db"),
+        idle_config(&off, IdleCheckpoint::OFF),
+    )
+    .unwrap();
+    let opened = checkpoints_in_calls(&off);
+    for burst in 0..BURSTS {
+        deferred_calls(&ledger, burst, CALLS);
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    assert!(
+        checkpoints_in_calls(&off) > opened,
+        "the control: without the idle checkpoint SQLite checkpoints in a commit"
+    );
+    assert_eq!(off.syncs_of_by("l.db", THREAD), 0);
+}
+
+/// SQLite syncs the WAL before it copies it: an idle checkpoint that
+/// copied every frame leaves no deferred commit waiting for its deadline
+/// (here an hour away), and a power cut right after it, losing every write
+/// not synced, loses no acknowledged commit.
+#[test]
+fn an_idle_checkpoint_makes_the_deferred_commits_durable() {
+    let machine = Machine::new();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let mut cfg = idle_config(&machine, QUICK);
+    cfg.deferred_commits.deadline = Duration::from_secs(3600);
+    let ledger = Ledger::open(&path, cfg).unwrap();
+    let acked = deferred_calls(&ledger, 0, 12);
+    assert!(ledger.has_unsynced_commits(), "the last commit waits");
+    wait_for_background_checkpoint(&machine, 0);
+    let started = Instant::now();
+    while ledger.has_unsynced_commits() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the checkpoint left the commits waiting for their deadline"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    machine.cut_now();
+    ledger.abandon();
+    drop(ledger);
+    machine.restart(Loss::All, &mut |_| 0);
+    let again = Ledger::open(&path, config(&machine, true)).unwrap();
+    for (id, result) in &acked {
+        let rec = again.get(id).unwrap().unwrap();
+        assert!(rec.status.is_committed(), "{id}: {}", rec.status);
+        assert_eq!(rec.result_json.as_deref(), Some(result.as_str()));
+    }
+}
+
+/// A suspended ledger is left alone (no write, no sync, however long it
+/// stays suspended past the idle time), and after `resume()` the idle
+/// checkpoint works again.
+#[test]
+fn a_suspended_ledger_is_not_checkpointed_and_resumes_checkpointing() {
+    let machine = Machine::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&dir.path().join("l.db"), idle_config(&machine, QUICK)).unwrap();
+    deferred_calls(&ledger, 0, 12);
+    ledger.suspend().unwrap();
+    let ops = machine.ops();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(machine.ops(), ops, "a write while suspended");
+    ledger.resume().unwrap();
+    // suspend() checkpointed on the caller's thread, as it must.
+    let in_calls = checkpoints_in_calls(&machine);
+    let seen = machine.syncs_of_by("l.db", THREAD);
+    deferred_calls(&ledger, 1, 12);
+    wait_for_background_checkpoint(&machine, seen);
+    assert_eq!(checkpoints_in_calls(&machine), in_calls);
+}
+
+/// A ledger that keeps writing is never checkpointed from the background:
+/// calls 3 ms apart, against an idle time of 50 ms. (A stall of the machine
+/// longer than that between two calls would rightly let one through.)
+#[test]
+fn a_busy_ledger_is_not_checkpointed_from_the_background() {
+    let machine = Machine::new();
+    let dir = tempfile::tempdir().unwrap();
+    let idle = IdleCheckpoint {
+        after: Duration::from_millis(50),
+        writes: 16,
+    };
+    let ledger = Ledger::open(&dir.path().join("l.db"), idle_config(&machine, idle)).unwrap();
+    let mut longest_gap = Duration::ZERO;
+    let mut last = Instant::now();
+    for i in 0..60 {
+        deferred_calls(&ledger, i, 1);
+        longest_gap = longest_gap.max(last.elapsed());
+        last = Instant::now();
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    let background = machine.syncs_of_by("l.db", THREAD);
+    if longest_gap < idle.after {
+        assert_eq!(background, 0, "a checkpoint while calls kept coming");
+    }
+    // Once the calls stop, it comes.
+    wait_for_background_checkpoint(&machine, background);
+}
