@@ -185,22 +185,48 @@ impl Ledger {
         round: u32,
         spec: &CallSpec,
     ) -> Result<Option<Begin>> {
-        let mut p = self.prepare_plain(op, round, spec)?;
+        // Most calls asked here are new (the suspending forms ask first for
+        // every call): the id is looked up before the arguments are
+        // digested, and only a committed record pays for the digest. The
+        // arguments are checked before the read all the same (as strictly
+        // as the digest checks them), so bad input gives `begin`'s error,
+        // in `begin`'s order.
+        let id = ExecutionId::derive(&ExecutionIdParts {
+            operation: op,
+            round,
+            call_id: &spec.call.call_id,
+            tool_name: &spec.call.tool_name,
+            tool_version: spec.tool_version,
+        })?;
+        crate::model::canonical::validate(&spec.call.arguments, &self.config.json_limits)?;
         // `replays_only`'s rule and narrow read, for the current digest
         // scheme only; a conflict is left to `begin`. The digest is keyed
         // under the read's own keys (taken with the connection, at once).
         let answer = self.read_now(|dao| {
-            p.args.digest = dao.stored_digest(&p.args.digest);
-            Ok(match dao.stored_answer(&p.id)? {
+            Ok(match dao.stored_answer(&id)? {
                 Some(stored)
                     if stored.status.is_committed()
                         && stored.digest_scheme == DigestScheme::Exact =>
                 {
-                    self.answer_committed(dao, &p, stored)
-                        .map(|answer| match answer {
+                    let replay = || -> Result<Option<Begin>> {
+                        let mut args = crate::model::digest_arguments(
+                            &spec.call.tool_name,
+                            spec.tool_version,
+                            &spec.call.arguments,
+                            &self.config.json_limits,
+                        )?;
+                        args.digest = dao.stored_digest(&args.digest);
+                        let p = Prepared {
+                            spec,
+                            id: id.clone(),
+                            args,
+                        };
+                        Ok(match self.answer_committed(dao, &p, stored)? {
                             replay @ Begin::Replay(_) => Some(replay),
                             _ => None,
                         })
+                    };
+                    replay()
                 }
                 _ => Ok(None),
             })

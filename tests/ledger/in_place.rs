@@ -205,6 +205,18 @@ fn bad_input_and_a_suspended_ledger_give_the_errors_start_gives() {
             exec.start(&op("op"), 0, c).unwrap_err().to_string()
         );
     }
+    // Bad arguments on a suspended ledger: the arguments are checked before
+    // anything is read, by both.
+    let bad = call("call_3", "pay", "{not json");
+    let now = exec.start_now(&op("op"), 0, &bad).unwrap_err();
+    assert!(
+        matches!(now, ExecError::Ledger(LedgerError::Json(_))),
+        "{now:?}"
+    );
+    assert_eq!(
+        now.to_string(),
+        exec.start(&op("op"), 0, bad).unwrap_err().to_string()
+    );
     exec.ledger().resume().unwrap();
     assert!(exec.start_now(&op("op"), 0, &pay()).unwrap().is_some());
     assert_eq!(service.effects().len(), 1);
