@@ -473,6 +473,14 @@ pub struct LedgerConfig {
     /// key-only tool defer its commit).
     #[uniffi(default = None)]
     pub reconcile_within_ms: Option<u64>,
+    /// How long the ledger must have written nothing before its background
+    /// thread copies the write-ahead log into the database file, in ms, so
+    /// that a call made after a pause never pays SQLite's own checkpoint
+    /// inside its commit (a few milliseconds on a phone, every few hundred
+    /// calls). 0: never (SQLite checkpoints in the commit that fills the
+    /// log, as it does by default).
+    #[uniffi(default = 250)]
+    pub idle_checkpoint_ms: u64,
 }
 
 #[cfg(test)]
@@ -488,6 +496,7 @@ impl LedgerConfig {
             deferred_commits: true,
             deferred_deadline_ms: 1_000,
             reconcile_within_ms: None,
+            idle_checkpoint_ms: 250,
         }
     }
 }
@@ -509,7 +518,13 @@ impl From<LedgerConfig> for ledger::LedgerConfig {
                 reconcile_within: c.reconcile_within_ms.map(Duration::from_millis),
             },
             sqlite_vfs: None,
-            idle_checkpoint: ledger::IdleCheckpoint::default(),
+            idle_checkpoint: match c.idle_checkpoint_ms {
+                0 => ledger::IdleCheckpoint::OFF,
+                ms => ledger::IdleCheckpoint {
+                    after: Duration::from_millis(ms),
+                    ..ledger::IdleCheckpoint::default()
+                },
+            },
         }
     }
 }
@@ -529,5 +544,29 @@ mod tests {
         assert!(core.deferred_commits.enabled);
         assert_eq!(core.deferred_commits.deadline, Duration::from_millis(1000));
         assert_eq!(core.deferred_commits.reconcile_within, None);
+        assert_eq!(core.idle_checkpoint.after, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn an_idle_checkpoint_of_0_ms_turns_it_off() {
+        let on: ledger::LedgerConfig = LedgerConfig::for_tests().into();
+        assert_eq!(on.idle_checkpoint, ledger::IdleCheckpoint::default());
+        let later: ledger::LedgerConfig = LedgerConfig {
+            idle_checkpoint_ms: 2_000,
+            ..LedgerConfig::for_tests()
+        }
+        .into();
+        assert_eq!(later.idle_checkpoint.after, Duration::from_millis(2_000));
+        assert_eq!(
+            later.idle_checkpoint.writes,
+            ledger::IdleCheckpoint::default().writes
+        );
+        let off: ledger::LedgerConfig = LedgerConfig {
+            idle_checkpoint_ms: 0,
+            ..LedgerConfig::for_tests()
+        }
+        .into();
+        assert_eq!(off.idle_checkpoint, ledger::IdleCheckpoint::OFF);
+        assert!(!off.idle_checkpoint.is_on());
     }
 }

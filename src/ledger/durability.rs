@@ -97,8 +97,9 @@ impl Default for DeferredCommits {
 /// PASSIVE mode: it never waits for another connection and never blocks
 /// one's readers), so the next write starts the log over and no call pays
 /// the copy. A ledger that is never idle that long keeps SQLite's checkpoint
-/// in the commit. The checkpoint adds no durability of its own to rely on:
-/// deferred commits keep their own deadline.
+/// in the commit. Before it checkpoints, the thread syncs the deferred
+/// commits not durable yet (an idle ledger has nothing left for their
+/// deadline); the checkpoint itself is not relied on for durability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdleCheckpoint {
     /// How long the ledger must have written nothing. `Duration::MAX`: off

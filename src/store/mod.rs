@@ -795,32 +795,38 @@ impl Store {
     /// if `still_idle()`, asked under the store's lock (a write that began
     /// meanwhile skips it).
     ///
-    /// SQLite syncs the WAL before it copies frames out of it, so when every
-    /// frame was copied every deferred write is durable too: nothing is left
-    /// for the deadline sync.
+    /// Deferred writes not durable yet are synced first: SQLite's
+    /// checkpoint syncs the WAL only when it copies frames itself, and
+    /// frames another connection copied (with its own sync settings, or
+    /// none) would otherwise be durable by nobody's sync. So an idle ledger
+    /// leaves nothing for the deferred commits' deadline either.
     ///
     /// # Errors
-    /// Storage errors of the checkpoint (a full disk); nothing written is
-    /// lost by one.
+    /// Storage errors of the sync or the checkpoint (a full disk); nothing
+    /// written is lost by one.
     pub fn checkpoint_idle(&self, still_idle: impl FnOnce() -> bool) -> Result<IdleCheckpointRun> {
+        if self.location == Location::Memory {
+            return Ok(IdleCheckpointRun::Nothing);
+        }
         let mut guard = self.lock()?;
         let Some(open) = guard.as_mut() else {
             return Ok(IdleCheckpointRun::Nothing);
         };
-        if self.location == Location::Memory {
-            return Ok(IdleCheckpointRun::Nothing);
-        }
         if !still_idle() {
             return Ok(IdleCheckpointRun::NotIdle);
         }
-        let (busy, frames, copied): (i64, i64, i64) =
+        // A `-wal` put in place of ours (another library closed the file):
+        // the next write reconnects; a checkpoint now would work on a stale
+        // index.
+        if self.wal_replaced(open) {
+            return Ok(IdleCheckpointRun::Nothing);
+        }
+        open.sync_unsynced()?;
+        let (_busy, frames, copied): (i64, i64, i64) =
             open.conn
                 .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })?;
-        if busy == 0 && frames >= 0 && copied == frames {
-            open.unsynced_since = None;
-        }
         Ok(IdleCheckpointRun::Ran { frames, copied })
     }
 

@@ -381,6 +381,26 @@ def test_awaitable_ledger_calls(ledger_path):
     assert "worker thread" in tl.Ledger.arecover.__doc__
 
 
+def test_the_idle_checkpoint_syncs_waiting_commits_once_the_ledger_pauses(tmp_path):
+    # 70 calls of a lookup tool (deferred commits: 140 write transactions,
+    # past the 128 that make a checkpoint worth it), then a pause: with
+    # idle_checkpoint_ms the ledger's own thread syncs the last commit and
+    # checkpoints, long before its hour-long deadline; with 0 nothing does.
+    for idle_ms, expect_synced in ((50, True), (0, False)):
+        path = str(tmp_path / f"idle_{idle_ms}.db")
+        with tl.Ledger.open(path, deferred_deadline_ms=3_600_000, idle_checkpoint_ms=idle_ms) as ledger:
+            for i in range(70):
+                spec = tl.CallSpec(call=email_call(call_id=f"c{i}"), tool_version=1, lookup=True)
+                begin = ledger.begin("op", 0, spec)
+                ledger.commit(begin.ticket, '"sent"', None)
+            deadline = time.monotonic() + 10
+            while ledger.has_unsynced_commits() and time.monotonic() < deadline and expect_synced:
+                time.sleep(0.01)
+            if not expect_synced:
+                time.sleep(0.3)
+            assert ledger.has_unsynced_commits() is not expect_synced, idle_ms
+
+
 def test_sync_makes_a_deferred_commit_durable_and_says_so(ledger_path):
     # A tool whose downstream can be looked up gets its commit deferred (one
     # sync per call); the deadline is an hour, so only `sync` can flush it.

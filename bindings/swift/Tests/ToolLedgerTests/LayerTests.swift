@@ -60,6 +60,7 @@ final class LayerTests: XCTestCase {
     func testSyncMakesADeferredCommitDurable() async throws {
         // A lookup tool's commit is deferred; an hour's deadline: only sync() flushes it.
         let dir = try scratchDirectory()
+        XCTAssertEqual(LedgerConfig().idleCheckpointMs, 250)  // the background checkpoint's idle time
         let ledger = try Ledger.open(
             path: dir + "/ledger.db", config: LedgerConfig(deferredDeadlineMs: 3_600_000))
         let keyed = CallSpec(

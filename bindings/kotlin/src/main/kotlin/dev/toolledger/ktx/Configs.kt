@@ -18,7 +18,9 @@ import dev.toolledger.ToolDescriptor
  * downstream dedupes by a long-lived key or can be looked up is synced with
  * the next durable write, at `suspend()`, by `sync()` or [deferredDeadlineMs]
  * later; [reconcileWithinMs] is how soon after a restart the app promises to
- * call `recover()` (null: nothing promised).
+ * call `recover()` (null: nothing promised). After [idleCheckpointMs] without
+ * a write the ledger's own thread copies the write-ahead log into the
+ * database file, so no call pays SQLite's checkpoint in its commit (0: never).
  */
 @JvmOverloads
 fun ledgerConfig(
@@ -29,6 +31,7 @@ fun ledgerConfig(
     deferredCommits: Boolean = true,
     deferredDeadlineMs: Long = 1_000,
     reconcileWithinMs: Long? = null,
+    idleCheckpointMs: Long = 250,
 ): LedgerConfig = LedgerConfig(
     leaseMs = leaseMs.toU("leaseMs"),
     busyTimeoutMs = busyTimeoutMs.toU("busyTimeoutMs"),
@@ -37,6 +40,7 @@ fun ledgerConfig(
     deferredCommits = deferredCommits,
     deferredDeadlineMs = deferredDeadlineMs.toU("deferredDeadlineMs"),
     reconcileWithinMs = reconcileWithinMs?.toU("reconcileWithinMs"),
+    idleCheckpointMs = idleCheckpointMs.toU("idleCheckpointMs"),
 )
 
 /**

@@ -117,6 +117,10 @@ val layerTests = listOf(
         val config = ledgerConfig()
         assertEquals(60_000uL, config.leaseMs)
         assertEquals(1_000uL, config.copy(leaseMs = 1_000uL).leaseMs)
+        assertEquals(250uL, config.idleCheckpointMs)
+        assertEquals(LedgerConfig().idleCheckpointMs, config.idleCheckpointMs)
+        assertEquals(0uL, ledgerConfig(idleCheckpointMs = 0).idleCheckpointMs)
+        assertFailsWith<LedgerException.InvalidInput> { ledgerConfig(idleCheckpointMs = -1) }
     },
 
     test("layer: sync() makes a deferred commit durable; hasUnsyncedCommits says when one waits") {
