@@ -28,6 +28,17 @@ pub(super) struct Prepared<'a> {
     args: CanonicalArgs,
 }
 
+/// The id of `spec`'s call in round `round` of `op`.
+fn call_id(op: &OperationId, round: u32, spec: &CallSpec) -> Result<ExecutionId> {
+    Ok(ExecutionId::derive(&ExecutionIdParts {
+        operation: op,
+        round,
+        call_id: &spec.call.call_id,
+        tool_name: &spec.call.tool_name,
+        tool_version: spec.tool_version,
+    })?)
+}
+
 impl Prepared<'_> {
     /// The call's digest to compare with a stored record's `stored` digest,
     /// under the record's `scheme`. A record of schema version 3 is compared
@@ -191,13 +202,7 @@ impl Ledger {
         // arguments are checked before the read all the same (as strictly
         // as the digest checks them), so bad input gives `begin`'s error,
         // in `begin`'s order.
-        let id = ExecutionId::derive(&ExecutionIdParts {
-            operation: op,
-            round,
-            call_id: &spec.call.call_id,
-            tool_name: &spec.call.tool_name,
-            tool_version: spec.tool_version,
-        })?;
+        let id = call_id(op, round, spec)?;
         crate::model::canonical::validate(&spec.call.arguments, &self.config.json_limits)?;
         // `replays_only`'s rule and narrow read, for the current digest
         // scheme only; a conflict is left to `begin`. The digest is keyed
@@ -209,12 +214,7 @@ impl Ledger {
                         && stored.digest_scheme == DigestScheme::Exact =>
                 {
                     let replay = || -> Result<Option<Begin>> {
-                        let mut args = crate::model::digest_arguments(
-                            &spec.call.tool_name,
-                            spec.tool_version,
-                            &spec.call.arguments,
-                            &self.config.json_limits,
-                        )?;
+                        let mut args = self.digest_of(spec)?;
                         args.digest = dao.stored_digest(&args.digest);
                         let p = Prepared {
                             spec,
@@ -312,20 +312,19 @@ impl Ledger {
         round: u32,
         spec: &'a CallSpec,
     ) -> Result<Prepared<'a>> {
-        let id = ExecutionId::derive(&ExecutionIdParts {
-            operation: op,
-            round,
-            call_id: &spec.call.call_id,
-            tool_name: &spec.call.tool_name,
-            tool_version: spec.tool_version,
-        })?;
-        let args = crate::model::digest_arguments(
+        let id = call_id(op, round, spec)?;
+        let args = self.digest_of(spec)?;
+        Ok(Prepared { spec, id, args })
+    }
+
+    /// The call's arguments digested under the current scheme (plain).
+    fn digest_of(&self, spec: &CallSpec) -> Result<CanonicalArgs> {
+        Ok(crate::model::digest_arguments(
             &spec.call.tool_name,
             spec.tool_version,
             &spec.call.arguments,
             &self.config.json_limits,
-        )?;
-        Ok(Prepared { spec, id, args })
+        )?)
     }
 
     /// Begins `calls` in one transaction. `wait`: for the write lock (else

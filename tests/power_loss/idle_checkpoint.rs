@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
 use toolledger::ledger::{IdleCheckpoint, Ledger, LedgerConfig};
-use toolledger_test_support::power_vfs::{Loss, Machine};
+use toolledger_test_support::power_vfs::Machine;
 
-use super::{config, deferred_calls};
+use super::{config, cut_and_reopen, deferred_calls, lost_commits};
 
 const THREAD: &str = "toolledger-sync";
 
@@ -33,6 +33,14 @@ const QUICK: IdleCheckpoint = IdleCheckpoint {
     writes: 16,
 };
 
+/// A ledger at `path` on `machine` with `idle`, whose deferred commits'
+/// deadline is an hour away (so only the idle thread, or a cut, decides).
+fn far_deadline_ledger(machine: &Machine, path: &std::path::Path, idle: IdleCheckpoint) -> Ledger {
+    let mut cfg = idle_config(machine, idle);
+    cfg.deferred_commits.deadline = Duration::from_secs(3600);
+    Ledger::open(path, cfg).unwrap()
+}
+
 /// Waits (at most 10 s) until the background thread has synced the
 /// database file more than `seen` times; returns the new count.
 fn wait_for_background_checkpoint(machine: &Machine, seen: u64) -> u64 {
@@ -45,6 +53,18 @@ fn wait_for_background_checkpoint(machine: &Machine, seen: u64) -> u64 {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "no idle checkpoint within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Waits (at most 10 s) until `ledger` has no deferred commit waiting.
+fn wait_until_synced(ledger: &Ledger) {
+    let started = Instant::now();
+    while ledger.has_unsynced_commits() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the idle thread left the commits waiting for their deadline"
         );
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -113,32 +133,15 @@ fn an_idle_checkpoint_makes_the_deferred_commits_durable() {
     let machine = Machine::new();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
-    let mut cfg = idle_config(&machine, QUICK);
-    cfg.deferred_commits.deadline = Duration::from_secs(3600);
-    let ledger = Ledger::open(&path, cfg).unwrap();
+    let ledger = far_deadline_ledger(&machine, &path, QUICK);
     let acked = deferred_calls(&ledger, 0, 12);
     // The last commit waits, unless the test thread stalled past the idle
     // time since (then the checkpoint has come already).
     assert!(ledger.has_unsynced_commits() || machine.syncs_of_by("l.db", THREAD) > 0);
     wait_for_background_checkpoint(&machine, 0);
-    let started = Instant::now();
-    while ledger.has_unsynced_commits() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the checkpoint left the commits waiting for their deadline"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    machine.cut_now();
-    ledger.abandon();
-    drop(ledger);
-    machine.restart(Loss::All, &mut |_| 0);
-    let again = Ledger::open(&path, config(&machine, true)).unwrap();
-    for (id, result) in &acked {
-        let rec = again.get(id).unwrap().unwrap();
-        assert!(rec.status.is_committed(), "{id}: {}", rec.status);
-        assert_eq!(rec.result_json.as_deref(), Some(result.as_str()));
-    }
+    wait_until_synced(&ledger);
+    let again = cut_and_reopen(&machine, ledger, &path);
+    assert_eq!(lost_commits(&again, &acked), Vec::<String>::new());
 }
 
 /// A suspended ledger is left alone (no write, no sync, however long it
@@ -214,9 +217,7 @@ fn an_idle_checkpoint_that_copied_nothing_does_not_make_commits_durable() {
         after: Duration::from_millis(500),
         writes: 16,
     };
-    let mut cfg = idle_config(&machine, idle);
-    cfg.deferred_commits.deadline = Duration::from_secs(3600);
-    let ledger = Ledger::open(&path, cfg).unwrap();
+    let ledger = far_deadline_ledger(&machine, &path, idle);
     let acked = deferred_calls(&ledger, 0, 12);
     let last_call = Instant::now();
 
@@ -253,27 +254,13 @@ fn an_idle_checkpoint_that_copied_nothing_does_not_make_commits_durable() {
     assert!(ledger.has_unsynced_commits(), "the last commit waits");
     // The idle checkpoint comes: it has nothing to copy (so the database
     // file sees no sync), but it syncs the deferred commits first.
-    let started = Instant::now();
-    while ledger.has_unsynced_commits() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the idle thread left the commits waiting for their deadline"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_synced(&ledger);
     let said_durable = !ledger.has_unsynced_commits();
 
     machine.cut_now();
-    ledger.abandon();
-    drop(ledger);
     drop(other);
-    machine.restart(Loss::All, &mut |_| 0);
-    let again = Ledger::open(&path, config(&machine, true)).unwrap();
-    let lost: Vec<String> = acked
-        .iter()
-        .filter(|(id, _)| !again.get(id).unwrap().unwrap().status.is_committed())
-        .map(|(id, _)| id.to_string())
-        .collect();
+    let again = cut_and_reopen(&machine, ledger, &path);
+    let lost = lost_commits(&again, &acked);
     assert!(
         !(said_durable && !lost.is_empty()),
         "the ledger said every commit was durable, and a power cut then lost {lost:?}"
@@ -292,9 +279,7 @@ fn a_checkpoint_kept_from_copying_neither_blocks_calls_nor_lies() {
     let machine = Machine::new();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
-    let mut cfg = idle_config(&machine, QUICK);
-    cfg.deferred_commits.deadline = Duration::from_secs(3600);
-    let ledger = Ledger::open(&path, cfg).unwrap();
+    let ledger = far_deadline_ledger(&machine, &path, QUICK);
     deferred_calls(&ledger, 0, 2);
     ledger.sync().unwrap();
     ledger.checkpoint().unwrap(); // TRUNCATE: the WAL is empty
@@ -324,17 +309,11 @@ fn a_checkpoint_kept_from_copying_neither_blocks_calls_nor_lies() {
     );
     let said_unsynced = ledger.has_unsynced_commits();
     machine.cut_now();
-    ledger.abandon();
-    drop(ledger);
     drop(reader);
-    machine.restart(Loss::All, &mut |_| 0);
-    let again = Ledger::open(&path, config(&machine, true)).unwrap();
-    let lost = acked
-        .iter()
-        .filter(|(id, _)| !again.get(id).unwrap().unwrap().status.is_committed())
-        .count();
+    let again = cut_and_reopen(&machine, ledger, &path);
+    let lost = lost_commits(&again, &acked);
     assert!(
-        said_unsynced || lost == 0,
-        "the ledger said every commit was durable, a power cut lost {lost}"
+        said_unsynced || lost.is_empty(),
+        "the ledger said every commit was durable, a power cut lost {lost:?}"
     );
 }
