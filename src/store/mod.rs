@@ -388,8 +388,8 @@ impl Store {
         refuse_hard_links(&resolved)?;
         modes::prepare_private_db(&resolved);
         let location = Location::File(resolved.clone());
-        let conn =
-            connect(&location, &options, true).map_err(|e| refine_cannot_open(e, &resolved))?;
+        let conn = connect_retrying_busy(&location, &options)
+            .map_err(|e| refine_cannot_open(e, &resolved))?;
         modes::tighten_db_files(&resolved);
         let ledger_id = dao::Dao::new(&conn).ledger_id()?;
         let keys = reseal::load_keys(&conn, ledger_id.as_deref(), key, true)?;
@@ -1068,6 +1068,27 @@ fn immutable_uri(path: &Path) -> Option<String> {
     }
     uri.push_str("?immutable=1");
     Some(uri)
+}
+
+/// [`connect`] (creating the file if missing), tried again while SQLite
+/// answers busy, for up to the busy timeout. Opening a file that another
+/// process is creating at the same moment switches it from SQLite's
+/// rollback journal to WAL and migrates it: there SQLite refuses one of two
+/// connections that both want to write at once, without calling the busy
+/// handler (waiting could deadlock them), and the other one finishes in a
+/// few milliseconds. A connection refused so is dropped and a new one made.
+fn connect_retrying_busy(location: &Location, options: &StoreOptions) -> Result<Connection> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match connect(location, options, true) {
+            Err(Error::Busy) if started.elapsed() < options.busy_timeout => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
 }
 
 fn connect(location: &Location, options: &StoreOptions, create: bool) -> Result<Connection> {
