@@ -815,3 +815,72 @@ fn suspend_on_a_full_disk_still_releases_every_file_lock() {
     ledger.resume().unwrap();
     assert_eq!(committed(&ledger).len(), 40);
 }
+
+/// The idle checkpoint on a full disk: copying the WAL into the database
+/// file needs new pages there and fails, in the ledger's own thread, while
+/// nothing is lost (every committed result reads back, from the WAL) and
+/// calls go on once space is back; the next idle checkpoint then copies
+/// the WAL (the database file grows).
+#[test]
+fn a_full_disk_fails_the_idle_checkpoint_and_loses_nothing() {
+    use toolledger::ledger::IdleCheckpoint;
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(mount) = mount_tmpfs(tmp.path(), "2m") else {
+        return;
+    };
+    let path = mount.0.join("ledger.db");
+    let idle = IdleCheckpoint {
+        after: Duration::from_millis(30),
+        writes: 16,
+    };
+    let tool = Counting::new();
+    let exec = executor(
+        Ledger::open(
+            &path,
+            LedgerConfig {
+                idle_checkpoint: idle,
+                ..config(Duration::from_secs(1))
+            },
+        )
+        .unwrap(),
+        &tool,
+    );
+    // Start from an empty WAL, then 12 calls' frames in it (24 writes).
+    exec.ledger().checkpoint().unwrap();
+    let size = || std::fs::metadata(&path).unwrap().len();
+    let mut results = Vec::new();
+    for n in 0..12 {
+        results.push(completed(&execute(&exec, n).unwrap()).to_owned());
+    }
+    let filler = fill(&mount.0);
+    let full_size = size();
+    std::thread::sleep(Duration::from_millis(300));
+    // Whatever the thread managed (the disk was full), every result reads
+    // back as committed.
+    let stored: Vec<String> = committed(exec.ledger())
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(stored, results);
+    std::fs::remove_file(filler).unwrap();
+    for n in 12..24 {
+        results.push(completed(&execute(&exec, n).unwrap()).to_owned());
+    }
+    let started = Instant::now();
+    while size() <= full_size {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no idle checkpoint once space was back"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(tool.performs(), 24);
+    let stored: Vec<String> = committed(exec.ledger())
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(stored, results);
+    drop(exec);
+    let again = Ledger::open(&path, config(Duration::from_secs(1))).unwrap();
+    assert_eq!(committed(&again).len(), 24);
+}
