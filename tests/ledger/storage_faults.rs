@@ -735,7 +735,10 @@ fn a_database_corrupted_inside_gives_typed_errors_and_never_runs_a_tool() {
 
 /// The inodes this process holds a file lock on (POSIX or flock), from
 /// /proc/locks.
-fn locked_inodes() -> Vec<u64> {
+/// The files this process holds a POSIX lock on, as `/proc/locks` names
+/// them: "major:minor:inode" (the device too: other tests' ledgers on their
+/// own tmpfs mounts have files with the same small inode numbers).
+fn locked_inodes() -> Vec<String> {
     let me = std::process::id().to_string();
     std::fs::read_to_string("/proc/locks")
         .unwrap_or_default()
@@ -745,14 +748,18 @@ fn locked_inodes() -> Vec<u64> {
             // "1: POSIX ADVISORY WRITE <pid> <maj:min:inode> <start> <end>"
             let pid = fields.get(4)?;
             (*pid == me).then_some(())?;
-            fields.get(5)?.rsplit(':').next()?.parse().ok()
+            fields.get(5).map(|f| (*f).to_owned())
         })
         .collect()
 }
 
-fn inode(path: &Path) -> Option<u64> {
+/// `path`'s file as `/proc/locks` names it (see [`locked_inodes`]).
+fn inode(path: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| m.ino())
+    let m = std::fs::metadata(path).ok()?;
+    let dev = m.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    Some(format!("{major:02x}:{minor:02x}:{}", m.ino()))
 }
 
 #[test]
@@ -773,7 +780,7 @@ fn suspend_on_a_full_disk_still_releases_every_file_lock() {
         completed(&execute(&exec, n).unwrap());
     }
     let ledger = exec.ledger().clone();
-    let files: Vec<u64> = [
+    let files: Vec<String> = [
         path.clone(),
         dir.join("ledger.db-wal"),
         dir.join("ledger.db-shm"),
@@ -798,7 +805,7 @@ fn suspend_on_a_full_disk_still_releases_every_file_lock() {
     );
     // However the checkpoint went, not one lock is left on any of the
     // ledger's files (iOS would kill a suspended app holding one).
-    let held: Vec<u64> = locked_inodes()
+    let held: Vec<String> = locked_inodes()
         .into_iter()
         .filter(|i| files.contains(i))
         .collect();
