@@ -9,8 +9,8 @@
 //!
 //! Batches alternate between the ways; every figure is a p50 / p99 in µs.
 //! `execute` and `start+report` are new calls to a no-op side-effecting tool
-//! that dedupes by key (its commit deferred by the durability policy, on both
-//! paths); `start` and `report` are the two halves of the driven call, timed
+//! that dedupes by key (its key's lifetime undeclared, so the durability
+//! policy keeps its commit durable: two syncs, on both paths); `start` and `report` are the two halves of the driven call, timed
 //! apart; the replays ask for a call that committed (`replay_start_now`:
 //! answered in place by `start_now`); `start_now_miss` is `start_now` of a
 //! new call (not answered: what the suspending bindings pay before they
