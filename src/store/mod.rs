@@ -1077,16 +1077,27 @@ fn immutable_uri(path: &Path) -> Option<String> {
 /// connections that both want to write at once, without calling the busy
 /// handler (waiting could deadlock them), and the other one finishes in a
 /// few milliseconds. A connection refused so is dropped and a new one made.
+/// Each attempt waits in SQLite's busy handler only for what is left of the
+/// timeout (one whole timeout per attempt could add up to twice it), and
+/// the connection that opens gets the whole timeout back.
 fn connect_retrying_busy(location: &Location, options: &StoreOptions) -> Result<Connection> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(1);
     loop {
-        match connect(location, options, true) {
-            Err(Error::Busy) if started.elapsed() < options.busy_timeout => {
+        let attempt = StoreOptions {
+            busy_timeout: options.busy_timeout.saturating_sub(started.elapsed()),
+            ..options.clone()
+        };
+        match connect(location, &attempt, true) {
+            Ok(conn) => {
+                set_busy_timeout(&conn, options)?;
+                return Ok(conn);
+            }
+            Err(Error::Busy) if started.elapsed() + pause < options.busy_timeout => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));
             }
-            other => return other,
+            Err(e) => return Err(e),
         }
     }
 }

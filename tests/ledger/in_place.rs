@@ -311,3 +311,103 @@ fn while_another_call_holds_the_store_a_replay_is_not_answered_in_place_and_neve
     assert_eq!(Some(result_json.as_str()), out.result_json());
     assert_eq!(service.effects().len(), 2);
 }
+
+/// Argument texts that canonicalise alike, differently or not at all:
+/// order, spacing and number spellings of one object, another value, a
+/// repeated key (also escaped), out-of-range and exact numbers, a lone
+/// surrogate, a BOM, trailing text, the nesting and size limits either side.
+fn argument_texts() -> Vec<String> {
+    let mut texts: Vec<String> = [
+        r#"{"a":1,"b":[1,2]}"#,
+        r#"{ "b" : [1,2] , "a" : 1 }"#,
+        r#"{"b":[1,2],"a":1.0}"#,
+        r#"{"b":[1,2],"a":1e0}"#,
+        r#"{"b":[1,2],"a":10e-1}"#,
+        r#"{"b":[1,2],"a":2}"#,
+        r#"{"a":1,"b":[1,2],"a":1}"#,
+        r#"{"a":1,"\u0061":1}"#,
+        r#"{"a":1e400}"#,
+        r#"{"a":1e-400}"#,
+        r#"{"a":-0}"#,
+        r#"{"a":123456789012345678901234567890}"#,
+        r#"{"a":"\ud800"}"#,
+        r#"{"a":"\u00e9"}"#,
+        "{\"a\":\"\u{e9}\"}",
+        r#"{"a":01}"#,
+        r#"{"a":1,}"#,
+        "\u{feff}{}",
+        "{} ",
+        " {}",
+        "",
+        "null",
+        "[]",
+        r#"{"a":"x\ny"}"#,
+        "{\"a\":\"x\ny\"}",
+        r#"{"a":1} {"b":2}"#,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    texts.push(format!("{}1{}", "[".repeat(64), "]".repeat(64)));
+    texts.push(format!("{}1{}", "[".repeat(65), "]".repeat(65)));
+    texts.push(format!(r#"{{"a":"{}"}}"#, "x".repeat(1 << 20)));
+    texts.push(format!(r#"{{"a":"{}"}}"#, "x".repeat((1 << 20) - 8)));
+    texts
+}
+
+/// On `ledger`, with one committed call: for every text of
+/// [`argument_texts`] under the committed call's id, a new id and an empty
+/// one, `begin_now` answers a replay exactly as `begin` does, answers
+/// nothing where `begin` answers anything else, and fails exactly where
+/// `begin` fails, with the same error.
+fn compare_begin_now_with_begin(ledger: &Ledger, what: &str) {
+    use toolledger::ledger::{Begin, CallSpec};
+    use toolledger::model::{OperationId, ToolCall};
+    let op = OperationId::new("op").unwrap();
+    let first = CallSpec::new(ToolCall::custom("c1", "t", r#"{"a":1,"b":[1,2]}"#), 1);
+    let Begin::Execute(t) = ledger.begin(&op, 0, &first).unwrap() else {
+        panic!()
+    };
+    ledger
+        .commit(&t.attempt_id(), r#"{"ok":true}"#, None)
+        .unwrap();
+    let mut mismatches = Vec::new();
+    for (i, text) in argument_texts().into_iter().enumerate() {
+        for call_id in ["c1", &format!("new{i}"), ""] {
+            let spec = CallSpec::new(ToolCall::custom(call_id, "t", text.clone()), 1);
+            let now = ledger.begin_now(&op, 0, &spec);
+            let normal = ledger.begin(&op, 0, &spec);
+            let agree = match (&now, &normal) {
+                (Ok(Some(a @ Begin::Replay(_))), Ok(b @ Begin::Replay(_))) => {
+                    format!("{a:?}") == format!("{b:?}")
+                }
+                (Ok(Some(_)), _) => false,
+                (Ok(None), Ok(Begin::Replay(_))) => false,
+                (Ok(None), Ok(_)) => true,
+                (Err(a), Err(b)) => format!("{a:?}") == format!("{b:?}"),
+                _ => false,
+            };
+            if !agree {
+                let short: String = text.chars().take(40).collect();
+                mismatches.push(format!(
+                    "{what} {call_id:?} {short:?}: {now:?} vs {normal:?}"
+                ));
+            }
+        }
+    }
+    assert_eq!(mismatches, Vec::<String>::new());
+}
+
+/// `begin_now` looks the id up before it digests the arguments (only a
+/// committed record pays for the digest); it must answer as `begin` does
+/// for every input, plain and encrypted (a keyed digest).
+#[test]
+fn begin_now_agrees_with_begin_on_every_input_plain_and_encrypted() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = Ledger::open(&dir.path().join("p.db"), LedgerConfig::default()).unwrap();
+    compare_begin_now_with_begin(&plain, "plain");
+    let key = toolledger::ledger::LedgerKey::from_bytes(&[3; 32]).unwrap();
+    let enc =
+        Ledger::open_encrypted(&dir.path().join("e.db"), LedgerConfig::default(), &key).unwrap();
+    compare_begin_now_with_begin(&enc, "encrypted");
+}
