@@ -23,10 +23,10 @@ pub enum Error {
         supported: i64,
     },
     /// A read-only open found a database written by an older toolledger: it
-    /// must be migrated (opened read-write) before it can be read.
-    #[error(
-        "the database has schema version {found}; open it read-write to migrate it to {current}"
-    )]
+    /// must be migrated (opened read-write) before it can be read. Version
+    /// 0 is a file with no ledger in it yet (empty, or being created by
+    /// another process at this moment).
+    #[error("{}", older_schema(*found, *current))]
     OlderSchema {
         /// The file's `user_version`.
         found: i64,
@@ -145,3 +145,15 @@ impl From<rusqlite::Error> for Error {
 
 /// The store's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// [`Error::OlderSchema`]'s text.
+fn older_schema(found: i64, current: i64) -> String {
+    if found == 0 {
+        format!(
+            "the database holds no ledger yet (schema version 0: empty, or being created \
+             right now); open it read-write to create one (version {current})"
+        )
+    } else {
+        format!("the database has schema version {found}; open it read-write to migrate it to {current}")
+    }
+}

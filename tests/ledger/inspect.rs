@@ -80,3 +80,28 @@ fn a_migrated_copy_says_which_schema_the_file_has() {
     assert_eq!(copy.execution_count().unwrap(), 1);
     assert_eq!(std::fs::read(&path).unwrap(), before);
 }
+
+/// An empty SQLite file (or one another process is creating right now)
+/// holds no ledger yet: a read-only open says so, typed as an older schema
+/// (version 0) and worded for what it is, and writes nothing.
+#[test]
+fn an_inspector_on_a_file_with_no_ledger_yet_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.db");
+    drop(rusqlite::Connection::open(&path).unwrap());
+    let before = std::fs::read(&path).unwrap();
+    let Err(err) = Inspector::open(&path) else {
+        panic!("an empty file opened as a ledger");
+    };
+    assert!(
+        matches!(
+            err,
+            Error::Store(StorageError::OlderSchema { found: 0, .. })
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("holds no ledger yet"), "{text}");
+    assert!(!text.contains("migrate"), "{text}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
