@@ -5,7 +5,8 @@
 //! file's last sync apart. Each seed draws a workload — single calls, rounds
 //! of three, independent batches, approvals, background jobs finished by
 //! webhooks (delivered twice), calls through the Ledger API, replays,
-//! deadline syncs, suspend/resume and recovery — over tools of the three
+//! deadline syncs, suspend/resume, recovery and checkpoints by another
+//! process's connection (the WAL then starts over) — over tools of the three
 //! downstream classes (idempotency key that never expires, lookup,
 //! neither). It runs the workload once without a cut to count the disk's
 //! mutating operations, then again for each cut: the power goes off before

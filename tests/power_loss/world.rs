@@ -106,6 +106,10 @@ pub enum Step {
     Suspend,
     /// `recover()`, as at launch.
     Recover,
+    /// Another process's connection to the file (an app extension's ledger:
+    /// `synchronous=NORMAL`) checkpoints the WAL; the ledger's next write
+    /// then starts the WAL over.
+    OtherCheckpoint,
 }
 
 /// A seed's workload.
@@ -147,7 +151,7 @@ impl Plan {
         let n = 3 + rng.below(5);
         let class = |rng: &mut Rng| Class::ALL[rng.below(3) as usize];
         let steps = (0..n)
-            .map(|_| match rng.below(20) {
+            .map(|_| match rng.below(22) {
                 0..=5 => {
                     let kind = Kind::ALL[rng.below(4) as usize];
                     Step::Call(kind, class(&mut rng))
@@ -157,7 +161,8 @@ impl Plan {
                 12..=13 => Step::Replay,
                 14..=16 => Step::Deadline,
                 17..=18 => Step::Suspend,
-                _ => Step::Recover,
+                19 => Step::Recover,
+                _ => Step::OtherCheckpoint,
             })
             .collect();
         Plan {
@@ -560,6 +565,29 @@ async fn workload(p: &Process, plan: &Plan, machine: &Machine, app: &mut App, de
             }
             Step::Recover => {
                 if p.exec.recover().await.is_err() {
+                    return;
+                }
+            }
+            Step::OtherCheckpoint => {
+                let Some(path) = p.ledger.path() else {
+                    continue;
+                };
+                let Ok(other) = rusqlite::Connection::open_with_flags_and_vfs(
+                    path,
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE,
+                    machine.vfs_name(),
+                ) else {
+                    return;
+                };
+                let checkpointed =
+                    other
+                        .execute_batch("PRAGMA synchronous=NORMAL")
+                        .and_then(|()| {
+                            other.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                        });
+                // Not the last connection: closing it checkpoints nothing.
+                drop(other);
+                if checkpointed.is_err() {
                     return;
                 }
             }
