@@ -213,25 +213,35 @@ impl Ledger {
                     if stored.status.is_committed()
                         && stored.digest_scheme == DigestScheme::Exact =>
                 {
-                    let replay = || -> Result<Option<Begin>> {
-                        let mut args = self.digest_of(spec)?;
-                        args.digest = dao.stored_digest(&args.digest);
-                        let p = Prepared {
-                            spec,
-                            id: id.clone(),
-                            args,
-                        };
-                        Ok(match self.answer_committed(dao, &p, stored)? {
-                            replay @ Begin::Replay(_) => Some(replay),
-                            _ => None,
-                        })
-                    };
-                    replay()
+                    self.replay_in_place(dao, spec, &id, stored)
                 }
                 _ => Ok(None),
             })
         })?;
         Ok(answer.flatten())
+    }
+
+    /// `begin_now`'s answer for a committed record of the current digest
+    /// scheme: the arguments digested (keyed under the read's own keys) and
+    /// compared; a replay, or `None` (a conflict is left to `begin`).
+    fn replay_in_place(
+        &self,
+        dao: &Dao<'_>,
+        spec: &CallSpec,
+        id: &ExecutionId,
+        stored: StoredAnswer,
+    ) -> Result<Option<Begin>> {
+        let mut args = self.digest_of(spec)?;
+        args.digest = dao.stored_digest(&args.digest);
+        let p = Prepared {
+            spec,
+            id: id.clone(),
+            args,
+        };
+        Ok(match self.answer_committed(dao, &p, stored)? {
+            replay @ Begin::Replay(_) => Some(replay),
+            _ => None,
+        })
     }
 
     /// Begins a compensation of the committed execution `original`: a new

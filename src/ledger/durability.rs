@@ -106,7 +106,7 @@ pub struct IdleCheckpoint {
     /// (no thread; deterministic storage simulations).
     pub after: Duration,
     /// How many write transactions since the last checkpoint make one worth
-    /// its two syncs (at least 1).
+    /// its syncs (at least 1).
     pub writes: u32,
 }
 

@@ -255,7 +255,7 @@ fn run(shared: &Shared, store: &Weak<Store>, deadline: Duration, idle: IdleCheck
                         let mut state = lock(&shared.state);
                         state.idle_due = state.idle_due.or(again);
                     }
-                    Ok(IdleCheckpointRun::Nothing | IdleCheckpointRun::Ran { .. }) | Err(_) => {
+                    Ok(IdleCheckpointRun::Done) | Err(_) => {
                         shared.writes.store(0, Ordering::Relaxed);
                     }
                 }
@@ -291,5 +291,33 @@ mod tests {
         assert!(lock(&flusher.thread).is_none());
         // The thread held the store only weakly.
         assert_eq!(Arc::strong_count(&store), 1);
+    }
+
+    /// The longest idle time the bindings can give (`u64::MAX` ms) panics
+    /// nowhere: the look is due in half a billion years (or never, where
+    /// the clock cannot hold that), the thread sleeps on it, and `stop`
+    /// ends it at once.
+    #[test]
+    fn the_longest_idle_time_never_fires_and_never_panics() {
+        let store = Arc::new(Store::open_in_memory().expect("in-memory store"));
+        let idle = IdleCheckpoint {
+            after: Duration::from_millis(u64::MAX),
+            writes: 1,
+        };
+        assert!(idle.is_on());
+        let flusher = Flusher::new(Duration::MAX, idle);
+        flusher.note_write(&store);
+        flusher.note_write(&store);
+        assert!(
+            lock(&flusher.thread).is_some(),
+            "the threshold write starts it"
+        );
+        let year = Duration::from_secs(365 * 86_400);
+        let far = Instant::now().checked_add(year).expect("a year ahead");
+        assert!(lock(&flusher.shared.state)
+            .idle_due
+            .is_none_or(|due| due > far));
+        flusher.stop();
+        assert!(lock(&flusher.thread).is_none());
     }
 }

@@ -127,7 +127,7 @@ pub struct PacedFigure {
     pub on: PacedRun,
     /// `IdleCheckpoint::OFF`.
     pub off: PacedRun,
-    /// Bursts, and calls per burst.
+    /// Bursts on each ledger.
     pub bursts: u64,
     /// Calls per burst.
     pub calls: u64,
