@@ -58,6 +58,12 @@ pub enum StorageKind {
     InUse,
     /// A key that is not 32 bytes.
     InvalidKey,
+    /// The disk reported an I/O error (a failed read, write or sync). A
+    /// write that failed this way may be in the ledger without being known
+    /// durable; before its next write the ledger writes its log again, and
+    /// refuses writes with this kind while the disk keeps failing. Nothing
+    /// is sent on the strength of an intent that is not durable.
+    Io,
     /// Any other storage failure (invalid stored data, a schema guard, SQLite).
     Other,
 }
@@ -191,6 +197,7 @@ impl From<StorageError> for LedgerError {
             S::Undecryptable => StorageKind::Undecryptable,
             S::InUse => StorageKind::InUse,
             S::InvalidKey => StorageKind::InvalidKey,
+            S::Io(_) | S::NotDurable(_) => StorageKind::Io,
             // Every other storage failure (the core's enum may grow).
             _ => StorageKind::Other,
         };

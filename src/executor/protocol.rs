@@ -188,12 +188,14 @@ impl Executor {
                 crashpoint::hit(CrashPoint::AfterRemoteCommit);
                 let result_json = storable_result(result_json, &ledger.config().json_limits);
                 // The durability policy, by what the tool declares.
-                let sync = ledger
-                    .config()
-                    .deferred_commits
-                    .commit_sync(&desc.downstream());
+                let downstream = desc.downstream();
                 ledger
-                    .commit_valid(&attempt, &result_json, external_id.as_deref(), Some(sync))
+                    .commit_valid(
+                        &attempt,
+                        &result_json,
+                        external_id.as_deref(),
+                        Some(&downstream),
+                    )
                     .map(|stored| {
                         crashpoint::hit(CrashPoint::AfterLocalCommit);
                         Step::Done(completed(stored, false))

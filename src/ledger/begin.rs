@@ -13,13 +13,20 @@ use super::answers::{ApprovalRequest, AttemptId, Begin, CallSpec, StoredResult, 
 use super::decide::{decide, Decision, Facts};
 use super::owners::Liveness;
 use super::retention;
-use super::{CommitSync, Error, Ledger, Result, SWEEP_EVERY};
+use super::{Error, Ledger, Result, SWEEP_EVERY};
 use crate::model::{
     as_version_3_parsed, digest_with, ArgsDigest, CanonicalArgs, DigestScheme, ExecutionId,
     ExecutionIdParts, ExecutionRecord, ExecutionStatus, Monotonic, Move, OperationId,
     OperationStatus, Transition,
 };
-use crate::store::{Dao, Durability, Fence, NewExecution, StatusFields, StoredAnswer};
+use crate::store::{
+    Dao, Durability, Error as StorageError, Fence, NewExecution, StatusFields, StoredAnswer,
+};
+
+/// Why an attempt whose `begin` failed after writing it is failed before
+/// commit.
+const UNSENT_REASON: &str =
+    "not sent: its begin failed (the intent's sync) before it was handed out";
 
 /// A call checked and digested before any write.
 pub(super) struct Prepared<'a> {
@@ -351,7 +358,17 @@ impl Ledger {
         let now = self.now();
         let mono = self.clock.monotonic();
         let sweep = self.sweep_due(calls.len());
+        // Attempts an earlier `begin` wrote but never handed out (its
+        // intent's sync failed): settled in this transaction first.
+        let unsent = self.unsent_attempts();
+        // The attempts this transaction hands out, for the case where its
+        // intent's sync fails (the only use: kept off the usual path's
+        // allocations otherwise, it is filled inside the transaction).
+        let handed = std::cell::RefCell::new(Vec::new());
         let body = |dao: &Dao<'_>| {
+            if let Some(unsent) = &unsent {
+                self.settle_unsent(dao, unsent, now)?;
+            }
             if sweep {
                 // Rides in this transaction: a few rows flagged at most.
                 dao.sweep_attention(i64::from(SWEEP_EVERY))?;
@@ -391,29 +408,87 @@ impl Ledger {
                     self.answer_stored(dao, p, op_status, now, &mono, &mut marked)
                 })
                 .collect::<Result<Vec<_>>>()?;
+            handed
+                .borrow_mut()
+                .extend(answers.iter().filter_map(|a| match a {
+                    Begin::Execute(ticket) => Some(ticket.attempt_id()),
+                    _ => None,
+                }));
             Ok((answers, marked))
         };
         // The intent is durable before this returns; another session that
         // sees it a moment earlier only answers `InFlight` or a refusal.
-        let out = if wait {
-            self.write(Durability::Synced, body)?
+        let written = if wait {
+            self.write(Durability::Synced, body).map(Some)
         } else {
-            match self.write_now(Durability::Synced, body)? {
-                Some(out) => out,
-                None => return Ok(None),
+            self.write_now(Durability::Synced, body)
+        };
+        let out = match written {
+            Ok(Some(out)) => out,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                // The transaction committed and its sync failed: its
+                // attempts are `executing` under this live session, never
+                // handed out, and would answer `InFlight` until the process
+                // ends. The next `begin` records them as not sent. (While
+                // one is `executing` no other attempt of its execution can
+                // be begun, so the next `begin` finds exactly it.)
+                if matches!(e, Error::Store(StorageError::NotDurable(_))) {
+                    self.note_unsent(handed.into_inner());
+                }
+                return Err(e);
             }
         };
-        // The policy, per call: the attempts whose commit may be deferred.
-        for (p, answer) in calls.iter().zip(&out.0) {
-            if let Begin::Execute(ticket) = answer {
-                if self.config.deferred_commits.commit_sync(&p.spec.downstream)
-                    == CommitSync::Deferred
-                {
-                    self.remember_deferrable(ticket.attempt_id());
+        if let Some(unsent) = unsent {
+            self.forget_unsent(&unsent);
+        }
+        // For the policy at each commit: what the call declared and when its
+        // key's first request could go out (a first attempt's request goes
+        // out after this).
+        if self.config.deferred_commits.enabled {
+            for (p, answer) in calls.iter().zip(&out.0) {
+                if let Begin::Execute(ticket) = answer {
+                    self.remember_begun(
+                        ticket.attempt_id(),
+                        ticket.attempt == 1,
+                        p.spec.downstream,
+                    );
                 }
             }
         }
         Ok(Some(out))
+    }
+
+    /// Inside a write transaction: records each attempt of `unsent` that is
+    /// still this session's running attempt as failed before commit and
+    /// retryable (no request went out for it: its `begin` failed, so nobody
+    /// was handed it); any other (rolled back with its transaction, or moved
+    /// on since) is left as it is.
+    fn settle_unsent(&self, dao: &Dao<'_>, unsent: &[AttemptId], now: i64) -> Result<()> {
+        for attempt in unsent {
+            let Some(rec) = dao.execution(&attempt.execution_id)? else {
+                continue;
+            };
+            let running_here = rec.status == ExecutionStatus::Executing
+                && rec.attempt_count == attempt.attempt
+                && rec.owner_session.as_ref() == Some(self.session_id());
+            if !running_here {
+                continue;
+            }
+            self.step(
+                dao,
+                &rec,
+                Transition::FailBeforeCommit,
+                Some((attempt, true)),
+                StatusFields {
+                    reason: Some(UNSENT_REASON),
+                    retryable: Some(true),
+                    ..StatusFields::default()
+                },
+                now,
+            )?;
+        }
+        Ok(())
     }
 
     /// The answer for a call whose id is taken (a stored execution or a

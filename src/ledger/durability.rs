@@ -149,17 +149,23 @@ impl DeferredCommits {
     /// The policy: how durable the commit of a call to `downstream` must be.
     /// A lookup finds the effect itself, so a lost commit is always found
     /// again; a key protects only while the downstream still honours it,
-    /// which must outlast the time to reconcile.
-    pub fn commit_sync(&self, downstream: &Downstream) -> CommitSync {
+    /// which must outlast the time to reconcile. A key's lifetime runs from
+    /// its first request: `key_age` is how long ago that was (`None`: not
+    /// known, as for an attempt after the first), and a finite key defers
+    /// only when what is left of its life outlasts the deadline plus
+    /// [`DeferredCommits::reconcile_within`].
+    pub fn commit_sync(&self, downstream: &Downstream, key_age: Option<Duration>) -> CommitSync {
         if !self.enabled {
             return CommitSync::Now;
         }
         if downstream.lookup {
             return CommitSync::Deferred;
         }
-        let key_outlasts = match (downstream.key_lifetime, self.reconcile_within) {
-            (Some(life), _) if life == Duration::MAX => true,
-            (Some(life), Some(within)) => life >= self.deadline.saturating_add(within),
+        let key_outlasts = match (downstream.key_lifetime, self.reconcile_within, key_age) {
+            (Some(life), _, _) if life == Duration::MAX => true,
+            (Some(life), Some(within), Some(age)) => {
+                life >= age.saturating_add(self.deadline).saturating_add(within)
+            }
             _ => false,
         };
         if downstream.idempotency_key && key_outlasts {
@@ -209,7 +215,11 @@ mod tests {
             ),
         ];
         for (downstream, want) in cases {
-            assert_eq!(policy.commit_sync(&downstream), want, "{downstream:?}");
+            assert_eq!(
+                policy.commit_sync(&downstream, Some(Duration::ZERO)),
+                want,
+                "{downstream:?}"
+            );
         }
     }
 
@@ -220,17 +230,54 @@ mod tests {
             ..DeferredCommits::default()
         };
         assert_eq!(
-            policy.commit_sync(&Downstream::keyed(DAY)),
+            policy.commit_sync(&Downstream::keyed(DAY), Some(Duration::ZERO)),
             CommitSync::Deferred
         );
         // Must outlast the deadline plus the promised time.
         assert_eq!(
-            policy.commit_sync(&Downstream::keyed(Duration::from_secs(3600))),
+            policy.commit_sync(
+                &Downstream::keyed(Duration::from_secs(3600)),
+                Some(Duration::ZERO)
+            ),
             CommitSync::Now
         );
         assert_eq!(
-            policy.commit_sync(&Downstream::keyed(Duration::from_secs(3601))),
+            policy.commit_sync(
+                &Downstream::keyed(Duration::from_secs(3601)),
+                Some(Duration::ZERO)
+            ),
             CommitSync::Deferred
+        );
+    }
+
+    #[test]
+    fn a_finite_key_counts_its_life_from_its_first_request() {
+        let policy = DeferredCommits {
+            reconcile_within: Some(Duration::from_secs(3600)),
+            ..DeferredCommits::default()
+        };
+        let key = Downstream::keyed(DAY);
+        let hours = |h: u64| Some(Duration::from_secs(h * 3600));
+        // A day-long key sent 22 h ago has 2 h left: more than an hour and
+        // a second.
+        assert_eq!(policy.commit_sync(&key, hours(22)), CommitSync::Deferred);
+        // Sent 23 h ago: one hour left, not enough for the deadline too.
+        assert_eq!(policy.commit_sync(&key, hours(23)), CommitSync::Now);
+        assert_eq!(policy.commit_sync(&key, hours(30)), CommitSync::Now);
+        // The first request's time not known: a finite key cannot defer.
+        assert_eq!(policy.commit_sync(&key, None), CommitSync::Now);
+        // Keys that never expire and lookups do not depend on it.
+        assert_eq!(
+            policy.commit_sync(&Downstream::keyed(Duration::MAX), None),
+            CommitSync::Deferred
+        );
+        assert_eq!(
+            policy.commit_sync(&Downstream::lookup(), None),
+            CommitSync::Deferred
+        );
+        assert_eq!(
+            policy.commit_sync(&key, Some(Duration::MAX)),
+            CommitSync::Now
         );
     }
 
@@ -240,9 +287,12 @@ mod tests {
             enabled: false,
             ..DeferredCommits::default()
         };
-        assert_eq!(policy.commit_sync(&Downstream::lookup()), CommitSync::Now);
         assert_eq!(
-            policy.commit_sync(&Downstream::keyed(Duration::MAX)),
+            policy.commit_sync(&Downstream::lookup(), Some(Duration::ZERO)),
+            CommitSync::Now
+        );
+        assert_eq!(
+            policy.commit_sync(&Downstream::keyed(Duration::MAX), Some(Duration::ZERO)),
             CommitSync::Now
         );
     }

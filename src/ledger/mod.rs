@@ -59,7 +59,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use answers::{
     ApprovalRequest, AttemptId, Begin, CallSpec, CancelOutcome, Resolution, Resolved, StoredResult,
@@ -155,16 +155,46 @@ pub struct Ledger {
     registered: AtomicBool,
     /// Set by [`Ledger::abandon`]: drop like a killed process.
     abandoned: AtomicBool,
-    /// Attempts begun through this ledger whose commit may be deferred (by
-    /// their [`CallSpec::downstream`]), most recent last; bounded by
-    /// [`DEFERRABLE_ATTEMPTS`] (an attempt that fell off commits durably).
-    deferrable: Mutex<VecDeque<AttemptId>>,
+    /// Attempts `begin` handed out through this ledger, most recent last:
+    /// what their commit's durability is decided by (the call's
+    /// [`CallSpec::downstream`], and for a first attempt how long ago its
+    /// request could first have gone out). Bounded by [`BEGUN_ATTEMPTS`]:
+    /// an attempt that fell off is decided with its key's age unknown.
+    begun: Mutex<VecDeque<Begun>>,
+    /// Attempts a failed `begin` may have written and never handed out
+    /// (see `Ledger::settle_unsent`); `has_unsent` says whether there are
+    /// any without taking the lock.
+    unsent: Mutex<Vec<AttemptId>>,
+    has_unsent: AtomicBool,
     /// Syncs deferred commits by their deadline.
     flusher: Flusher,
 }
 
-/// How many begun attempts `commit` remembers as deferrable.
-const DEFERRABLE_ATTEMPTS: usize = 256;
+/// How many begun attempts `commit` remembers.
+const BEGUN_ATTEMPTS: usize = 256;
+
+/// One attempt `begin` handed out (see `Ledger::begun`).
+#[derive(Debug)]
+struct Begun {
+    attempt: AttemptId,
+    /// This process's monotonic time at the `begin`.
+    at: Instant,
+    /// The first attempt of its execution: the first request under the key
+    /// goes out after this `begin`.
+    first: bool,
+    /// What the call's spec declared.
+    downstream: Downstream,
+}
+
+/// What `commit` knows of an attempt `begin` handed out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BegunAttempt {
+    /// How long ago the key's first request could have gone out (the first
+    /// attempt's `begin`); `None` for a later attempt.
+    pub key_age: Option<Duration>,
+    /// What the call's spec declared.
+    pub downstream: Downstream,
+}
 
 /// A `begin` sweeps the attention flags (see `Dao::sweep_attention`) once
 /// this many calls were begun through the ledger since its last sweep, so
@@ -217,7 +247,9 @@ impl Ledger {
             begun_since_sweep: AtomicU32::new(0),
             registered: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
-            deferrable: Mutex::new(VecDeque::new()),
+            begun: Mutex::new(VecDeque::new()),
+            unsent: Mutex::new(Vec::new()),
+            has_unsent: AtomicBool::new(false),
             flusher,
         };
         // Best effort: on a full disk the ledger still opens (replays need no
@@ -603,28 +635,71 @@ impl Ledger {
         Ok(self.store.sync_deferred()?)
     }
 
-    /// Remembers that `attempt`'s commit may be deferred.
-    fn remember_deferrable(&self, attempt: AttemptId) {
+    /// Remembers an attempt `begin` handed out, for its commit.
+    fn remember_begun(&self, attempt: AttemptId, first: bool, downstream: Downstream) {
         let mut d = self
-            .deferrable
+            .begun
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if d.len() == DEFERRABLE_ATTEMPTS {
+        if d.len() == BEGUN_ATTEMPTS {
             d.pop_front();
         }
-        d.push_back(attempt);
+        d.push_back(Begun {
+            attempt,
+            at: Instant::now(),
+            first,
+            downstream,
+        });
     }
 
-    /// True (once) when `attempt` was begun as deferrable.
-    fn take_deferrable(&self, attempt: &AttemptId) -> bool {
-        let mut d = self
-            .deferrable
+    /// Notes attempts a failed `begin` may have written.
+    fn note_unsent(&self, attempts: Vec<AttemptId>) {
+        if attempts.is_empty() {
+            return;
+        }
+        let mut u = self
+            .unsent
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match d.iter().rposition(|a| a == attempt) {
-            Some(i) => d.remove(i).is_some(),
-            None => false,
+        u.extend(attempts);
+        self.has_unsent.store(true, Ordering::Release);
+    }
+
+    /// The attempts noted by [`Ledger::note_unsent`], if any (a copy: they
+    /// stay noted until a write that settled them succeeded).
+    fn unsent_attempts(&self) -> Option<Vec<AttemptId>> {
+        if !self.has_unsent.load(Ordering::Acquire) {
+            return None;
         }
+        let u = self
+            .unsent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (!u.is_empty()).then(|| u.clone())
+    }
+
+    /// Forgets the noted attempts a successful write settled.
+    fn forget_unsent(&self, settled: &[AttemptId]) {
+        let mut u = self
+            .unsent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        u.retain(|a| !settled.contains(a));
+        self.has_unsent.store(!u.is_empty(), Ordering::Release);
+    }
+
+    /// What `begin` handed out for `attempt` (once), if remembered.
+    fn take_begun(&self, attempt: &AttemptId) -> Option<BegunAttempt> {
+        let mut d = self
+            .begun
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let i = d.iter().rposition(|b| &b.attempt == attempt)?;
+        let b = d.remove(i)?;
+        Some(BegunAttempt {
+            key_age: b.first.then(|| b.at.elapsed()),
+            downstream: b.downstream,
+        })
     }
 
     /// Counts `calls` begun; true when the caller's transaction should sweep

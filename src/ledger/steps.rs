@@ -10,7 +10,7 @@
 //! evidence and it gets [`Error::StaleAttempt`].
 
 use super::answers::{AttemptId, CancelOutcome, Resolution, Resolved, StoredResult, Ticket};
-use super::{CommitSync, Error, Ledger, Result};
+use super::{CommitSync, Downstream, Error, Ledger, Result};
 use crate::model::canonical::validate;
 use crate::model::{
     ArgsDigest, ExecutionId, ExecutionRecord, ExecutionStatus, Monotonic, Move, OperationId,
@@ -280,24 +280,30 @@ impl Ledger {
 
     /// [`Ledger::commit`] for a result already checked against the JSON
     /// limits (the executor's `storable_result` always yields one), so the
-    /// hot path does not parse it twice. `sync` is how durable the commit
-    /// must be (the executor knows it from the tool's descriptor); `None`:
-    /// deferred only when the attempt was begun through this ledger with a
-    /// [`super::CallSpec::downstream`] that allows it, durable otherwise. A
-    /// stale attempt's evidence is always made durable.
+    /// hot path does not parse it twice. `downstream` is what the tool
+    /// declares (the executor knows it from the tool's descriptor); `None`:
+    /// what the call's [`super::CallSpec::downstream`] declared when it was
+    /// begun through this ledger, and durable when it was not. The policy
+    /// ([`super::DeferredCommits::commit_sync`]) counts a key's life from
+    /// the `begin` of the execution's first attempt when this ledger handed
+    /// it out, and takes it as unknown otherwise. A stale attempt's evidence
+    /// is always made durable.
     pub(crate) fn commit_valid(
         &self,
         attempt: &AttemptId,
         result_json: &str,
         external_id: Option<&str>,
-        sync: Option<CommitSync>,
+        downstream: Option<&Downstream>,
     ) -> Result<StoredResult> {
-        let begun_deferrable = self.take_deferrable(attempt);
-        let sync = sync.unwrap_or(if begun_deferrable {
-            CommitSync::Deferred
-        } else {
-            CommitSync::Now
-        });
+        let begun = self.take_begun(attempt);
+        let declared = downstream.copied().or(begun.map(|b| b.downstream));
+        let sync = match declared {
+            Some(d) => self
+                .config
+                .deferred_commits
+                .commit_sync(&d, begun.and_then(|b| b.key_age)),
+            None => CommitSync::Now,
+        };
         let durability = match sync {
             CommitSync::Now => Durability::Full,
             CommitSync::Deferred => Durability::Deferred,

@@ -105,9 +105,37 @@ pub enum Error {
     /// needs it alone. Nothing was written.
     #[error("another session has the ledger open")]
     InUse,
+    /// The disk reported an I/O error (a failed read, write or sync). What
+    /// was written since the last good sync may not be on the disk: before
+    /// its next write or sync the ledger writes its log again and syncs it,
+    /// and takes nothing as durable until that succeeded (each later write
+    /// tries again, and fails with this error while the disk keeps failing).
+    #[error("the disk reported an I/O error ({0}); the ledger writes its log again before it writes anything new")]
+    Io(rusqlite::Error),
+    /// The write committed, but the sync that makes it durable failed (or
+    /// writing the log again after an earlier failed sync did): it is in
+    /// the ledger, not known to be on the disk. Later writes make it
+    /// durable once the disk works (see [`Error::Io`]).
+    #[error("the write committed but could not be made durable: {0}")]
+    NotDurable(Box<Error>),
     /// Any other SQLite error.
     #[error("sqlite error: {0}")]
     Sqlite(rusqlite::Error),
+}
+
+thread_local! {
+    /// Set when an I/O error was classified on this thread (see
+    /// [`take_io_error`]).
+    static IO_ERROR: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True when an I/O error was classified on this thread since the last
+/// call (which clears it). The store asks around each write, which runs on
+/// the calling thread under its lock: an error inside the write reaches
+/// its caller as the caller's own error type, and this is how the store
+/// still learns that the disk failed under it.
+pub(super) fn take_io_error() -> bool {
+    IO_ERROR.with(|seen| seen.replace(false))
 }
 
 /// A sealed value that failed to open inside a row mapping (rusqlite wants
@@ -131,6 +159,10 @@ impl From<rusqlite::Error> for Error {
                 ErrorCode::DiskFull => Error::DiskFull,
                 ErrorCode::ReadOnly => Error::ReadOnly,
                 ErrorCode::CannotOpen => Error::CannotOpen,
+                ErrorCode::SystemIoFailure => {
+                    IO_ERROR.with(|seen| seen.set(true));
+                    Error::Io(err)
+                }
                 ErrorCode::ConstraintViolation
                     if msg.as_deref().is_some_and(|m| m.starts_with("toolledger:")) =>
                 {

@@ -49,6 +49,7 @@ pub mod schema;
 mod sessions;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -161,6 +162,9 @@ pub struct Store {
     /// The `-wal` file of a writable file (built once: every write looks at
     /// it).
     wal_file: Option<PathBuf>,
+    /// A failed sync not repaired yet (see `Open::sync_failed`); kept here
+    /// so that a new connection (after `suspend()`) still repairs first.
+    sync_failed: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Store {
@@ -188,10 +192,17 @@ struct Open {
     unsynced_since: Option<Instant>,
     /// `PRAGMA fullfsync`, read at the first explicit sync.
     fullfsync: Option<bool>,
+    /// Set when a sync of the WAL failed, or a write or checkpoint met an
+    /// I/O error: the OS may have dropped WAL pages it could not write
+    /// (Linux marks them clean and reports the error once), so no later sync
+    /// proves anything about the frames before it until the WAL was written
+    /// again ([`Open::repair`]). Shared with the [`Store`], so that it
+    /// outlives this connection (`suspend()`, a reconnect).
+    sync_failed: Arc<AtomicBool>,
 }
 
 impl Open {
-    fn new(conn: Connection, wal: Option<FileId>) -> Open {
+    fn new(conn: Connection, wal: Option<FileId>, sync_failed: Arc<AtomicBool>) -> Open {
         Open {
             hot: hot::Hot::new(),
             conn: Box::new(conn),
@@ -199,7 +210,60 @@ impl Open {
             normal: false,
             unsynced_since: None,
             fullfsync: None,
+            sync_failed,
         }
+    }
+
+    /// True while a failed sync (or an I/O error) is not repaired.
+    fn sync_failed(&self) -> bool {
+        self.sync_failed.load(Ordering::Acquire)
+    }
+
+    /// Makes everything written so far durable when something may not be:
+    /// the repair after a failed sync, or one sync of the WAL for deferred
+    /// writes. True when it synced.
+    fn make_durable(&mut self) -> Result<bool> {
+        if self.sync_failed() {
+            self.repair()?;
+            return Ok(true);
+        }
+        self.sync_unsynced()
+    }
+
+    /// After a failed sync: writes the whole WAL again, as the OS shows it,
+    /// and syncs it, so the frames the failed sync may have dropped reach
+    /// the disk after all. Inside a write transaction that writes nothing
+    /// (the write lock keeps every other connection from appending to or
+    /// restarting the WAL meanwhile). The mark is cleared only once that
+    /// sync succeeded; otherwise the error is returned and the next write or
+    /// sync tries again.
+    fn repair(&mut self) -> Result<()> {
+        self.hot
+            .with(&self.conn, hot::HotSql::BeginImmediate, |s| s.execute([]))?;
+        let full = self.fullfsync();
+        let rewritten = full.and_then(|full| rewrite_wal(&self.conn, full));
+        // Nothing was written in the transaction: ending it changes nothing.
+        let ended = self
+            .hot
+            .with(&self.conn, hot::HotSql::Commit, |s| s.execute([]));
+        if ended.is_err() && !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        rewritten?;
+        ended?;
+        self.sync_failed.store(false, Ordering::Release);
+        self.unsynced_since = None;
+        Ok(())
+    }
+
+    /// `PRAGMA fullfsync`, read once.
+    fn fullfsync(&mut self) -> Result<bool> {
+        if let Some(full) = self.fullfsync {
+            return Ok(full);
+        }
+        let full: i64 = self.conn.query_row("PRAGMA fullfsync", [], |r| r.get(0))?;
+        self.fullfsync = Some(full != 0);
+        Ok(full != 0)
     }
 
     /// Switches `synchronous` between FULL and NORMAL when the next write
@@ -226,34 +290,25 @@ impl Open {
         Ok(true)
     }
 
-    /// Syncs the WAL now (see [`sync_wal`]).
+    /// Syncs the WAL now (see [`sync_wal`]); after a failed sync, repairs
+    /// instead (a plain sync would prove nothing).
     fn sync_wal(&mut self) -> Result<()> {
-        let full = match self.fullfsync {
-            Some(full) => full,
-            None => {
-                let full: i64 = self.conn.query_row("PRAGMA fullfsync", [], |r| r.get(0))?;
-                self.fullfsync = Some(full != 0);
-                full != 0
-            }
-        };
-        sync_wal(&self.conn, full)?;
+        if self.sync_failed() {
+            return self.repair();
+        }
+        let full = self.fullfsync()?;
+        if let Err(e) = sync_wal(&self.conn, full) {
+            self.sync_failed.store(true, Ordering::Release);
+            return Err(e);
+        }
         self.unsynced_since = None;
         Ok(())
     }
 }
 
-/// Syncs the connection's WAL file through SQLite's own file handle (so a
-/// VFS sees it), with `F_FULLFSYNC` on Apple when `full` (`PRAGMA
-/// fullfsync`), exactly as SQLite syncs a commit. Every frame written to the
-/// WAL before it, by any connection, is durable after it. A connection with
-/// no WAL open has nothing to sync.
-fn sync_wal(conn: &Connection, full: bool) -> Result<()> {
+/// The WAL's file as SQLite holds it open for `conn` (`None`: no WAL open).
+fn wal_handle(conn: &Connection) -> Result<Option<*mut rusqlite::ffi::sqlite3_file>> {
     use rusqlite::ffi;
-    let flags = if full {
-        ffi::SQLITE_SYNC_FULL
-    } else {
-        ffi::SQLITE_SYNC_NORMAL
-    };
     let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
     // SAFETY: `conn` is open and used only under the store's mutex (this
     // call holds it), so the handle and the file it owns stay valid for the
@@ -272,17 +327,86 @@ fn sync_wal(conn: &Connection, full: bool) -> Result<()> {
     }
     // SAFETY: a non-null file returned by SQLite is open (its methods are
     // set) or not (methods null) and stays so while we hold the connection.
+    let open = unsafe { file.as_ref().is_some_and(|f| !f.pMethods.is_null()) };
+    Ok(open.then_some(file))
+}
+
+/// The error of a failed VFS call.
+fn vfs_error(rc: std::os::raw::c_int) -> Error {
+    rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rc), None).into()
+}
+
+/// Writes every byte of `conn`'s WAL file again, as read back from it now
+/// (the OS's copy), then syncs it (see [`Open::repair`]). Through SQLite's
+/// own file handle, so a VFS sees it. `conn` must hold the write lock.
+fn rewrite_wal(conn: &Connection, full: bool) -> Result<()> {
+    use rusqlite::ffi;
+    const CHUNK: usize = 64 * 1024;
+    let Some(file) = wal_handle(conn)? else {
+        return Ok(());
+    };
+    // SAFETY: `file` is SQLite's open WAL file of `conn` (see `wal_handle`),
+    // valid while the store's mutex is held; each method is called with
+    // that file and a buffer of at least the length passed.
+    unsafe {
+        let Some(methods) = (*file).pMethods.as_ref() else {
+            return Ok(());
+        };
+        let (Some(size_of), Some(read), Some(write)) =
+            (methods.xFileSize, methods.xRead, methods.xWrite)
+        else {
+            return Err(vfs_error(ffi::SQLITE_IOERR));
+        };
+        let mut size: ffi::sqlite3_int64 = 0;
+        let rc = size_of(file, &mut size);
+        if rc != ffi::SQLITE_OK {
+            return Err(vfs_error(rc));
+        }
+        let mut buf = vec![0u8; CHUNK];
+        let mut offset: ffi::sqlite3_int64 = 0;
+        while offset < size {
+            let n = usize::try_from(size - offset).map_or(CHUNK, |left| left.min(CHUNK));
+            // `n` is at most CHUNK, which fits a c_int.
+            let len = n as std::os::raw::c_int;
+            let rc = read(file, buf.as_mut_ptr().cast(), len, offset);
+            if rc != ffi::SQLITE_OK {
+                return Err(vfs_error(rc));
+            }
+            let rc = write(file, buf.as_ptr().cast(), len, offset);
+            if rc != ffi::SQLITE_OK {
+                return Err(vfs_error(rc));
+            }
+            offset += n as ffi::sqlite3_int64;
+        }
+    }
+    sync_wal(conn, full)
+}
+
+/// Syncs the connection's WAL file through SQLite's own file handle (so a
+/// VFS sees it), with `F_FULLFSYNC` on Apple when `full` (`PRAGMA
+/// fullfsync`), exactly as SQLite syncs a commit. Every frame written to the
+/// WAL before it, by any connection, is durable after it. A connection with
+/// no WAL open has nothing to sync.
+fn sync_wal(conn: &Connection, full: bool) -> Result<()> {
+    use rusqlite::ffi;
+    let flags = if full {
+        ffi::SQLITE_SYNC_FULL
+    } else {
+        ffi::SQLITE_SYNC_NORMAL
+    };
+    let Some(file) = wal_handle(conn)? else {
+        return Ok(());
+    };
+    // SAFETY: `file` is SQLite's open WAL file of `conn` (see `wal_handle`),
+    // valid while the store's mutex is held.
     let rc = unsafe {
-        match file.as_ref().and_then(|f| f.pMethods.as_ref()) {
-            Some(methods) => match methods.xSync {
-                Some(x_sync) => x_sync(file, flags),
-                None => ffi::SQLITE_OK,
-            },
+        match (*file).pMethods.as_ref().and_then(|m| m.xSync) {
+            Some(x_sync) => x_sync(file, flags),
             None => ffi::SQLITE_OK,
         }
     };
     if rc != ffi::SQLITE_OK {
-        return Err(rusqlite::Error::SqliteFailure(ffi::Error::new(rc), None).into());
+        return Err(vfs_error(rc));
     }
     Ok(())
 }
@@ -388,14 +512,16 @@ impl Store {
         let keys = reseal::load_keys(&conn, ledger_id.as_deref(), key, true)?;
         let wal_file = wal_path(&resolved);
         let wal = file_id(&wal_file);
+        let sync_failed = Arc::new(AtomicBool::new(false));
         Ok(Store {
-            conn: Mutex::new(Some(Open::new(conn, wal))),
+            conn: Mutex::new(Some(Open::new(conn, wal, sync_failed.clone()))),
             location,
             options,
             ledger_id,
             keys: RwLock::new(keys.map(Arc::new)),
             sink: RwLock::new(None),
             wal_file: Some(wal_file),
+            sync_failed,
         })
     }
 
@@ -430,14 +556,16 @@ impl Store {
         let conn = connect(&location, &options, false)?;
         let ledger_id = dao::Dao::new(&conn).ledger_id()?;
         let keys = reseal::load_keys(&conn, ledger_id.as_deref(), key, false)?;
+        let sync_failed = Arc::new(AtomicBool::new(false));
         Ok(Store {
-            conn: Mutex::new(Some(Open::new(conn, None))),
+            conn: Mutex::new(Some(Open::new(conn, None, sync_failed.clone()))),
             location,
             options,
             ledger_id: None,
             keys: RwLock::new(keys.map(Arc::new)),
             sink: RwLock::new(None),
             wal_file: None,
+            sync_failed,
         })
     }
 
@@ -448,14 +576,16 @@ impl Store {
     pub fn open_in_memory() -> Result<Store> {
         let options = StoreOptions::default();
         let conn = connect(&Location::Memory, &options, true)?;
+        let sync_failed = Arc::new(AtomicBool::new(false));
         Ok(Store {
-            conn: Mutex::new(Some(Open::new(conn, None))),
+            conn: Mutex::new(Some(Open::new(conn, None, sync_failed.clone()))),
             location: Location::Memory,
             options,
             ledger_id: None,
             keys: RwLock::new(None),
             sink: RwLock::new(None),
             wal_file: None,
+            sync_failed,
         })
     }
 
@@ -627,7 +757,17 @@ impl Store {
         f: impl FnOnce(&Dao<'_>) -> std::result::Result<(T, bool), E>,
     ) -> std::result::Result<Option<(T, Vec<MoveEvent>)>, E> {
         let open = guard.as_mut().ok_or(Error::Suspended)?;
+        if open.sync_failed() {
+            // Nothing is taken as durable behind a failed sync: the WAL is
+            // written again first (which waits for the lock and the disk:
+            // not on the no-wait path).
+            if !wait {
+                return Ok(None);
+            }
+            open.repair()?;
+        }
         open.set_normal(durability != Durability::Full)?;
+        error::take_io_error();
         if !wait {
             open.conn
                 .busy_timeout(Duration::ZERO)
@@ -651,16 +791,25 @@ impl Store {
             Ok(_) => {}
         }
         let result = run_begun(&open.conn, Some(&open.hot), keys, observe, f);
+        if error::take_io_error() {
+            // A failed write, read or sync inside the transaction (SQLite's
+            // own sync of a FULL commit among them): repaired before the
+            // next write. A commit that returned an error was not taken.
+            open.sync_failed.store(true, Ordering::Release);
+        }
         if let Ok(((_, true), _)) = &result {
             match durability {
                 // Its sync covered every frame written before it.
+                Durability::Full if open.sync_failed() => {}
                 Durability::Full => open.unsynced_since = None,
                 Durability::Synced => {
                     // Pending until the sync succeeds: after a failed one
                     // the next durable write, `sync_deferred` (suspend, the
                     // deadline thread when armed) syncs it again.
                     open.unsynced_since.get_or_insert_with(Instant::now);
-                    open.sync_wal()?;
+                    if let Err(e) = open.sync_wal() {
+                        return Err(Error::NotDurable(Box::new(e)).into());
+                    }
                 }
                 Durability::Deferred => {
                     open.unsynced_since.get_or_insert_with(Instant::now);
@@ -700,14 +849,17 @@ impl Store {
     pub fn sync_deferred(&self) -> Result<bool> {
         let mut guard = self.lock()?;
         let open = guard.as_mut().ok_or(Error::Suspended)?;
-        open.sync_unsynced()
+        open.make_durable()
     }
 
     /// True while a deferred write is not durable yet.
     pub fn has_unsynced(&self) -> bool {
         self.conn
             .lock()
-            .map(|g| g.as_ref().is_some_and(|o| o.unsynced_since.is_some()))
+            .map(|g| {
+                g.as_ref()
+                    .is_some_and(|o| o.unsynced_since.is_some() || o.sync_failed())
+            })
             .unwrap_or(false)
     }
 
@@ -722,6 +874,9 @@ impl Store {
     pub fn sync_deferred_due(&self, deadline: Duration) -> Result<DeferredDue> {
         let mut guard = self.lock()?;
         let open = guard.as_mut().ok_or(Error::Suspended)?;
+        if open.sync_failed() {
+            return open.repair().map(|()| DeferredDue::Synced);
+        }
         let Some(since) = open.unsynced_since else {
             return Ok(DeferredDue::Nothing);
         };
@@ -756,7 +911,7 @@ impl Store {
             }
             _ => None,
         };
-        Ok(Open::new(conn, wal))
+        Ok(Open::new(conn, wal, self.sync_failed.clone()))
     }
 
     /// Copies the whole WAL into the main file and truncates the WAL (after
@@ -769,13 +924,24 @@ impl Store {
         let mut guard = self.lock()?;
         let open = guard.as_mut().ok_or(Error::Suspended)?;
         // The checkpoint syncs the WAL only when it can copy frames; a
-        // deferred write must be durable whatever other connections hold.
-        open.sync_unsynced()?;
-        let conn = &open.conn;
-        let (busy, _, _): (i64, i64, i64) =
-            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?;
+        // deferred write must be durable whatever other connections hold
+        // (and after a failed sync the WAL is whole on the disk before a
+        // checkpoint copies it and starts it over).
+        open.make_durable()?;
+        error::take_io_error();
+        let copied = open
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            });
+        if error::take_io_error() {
+            open.sync_failed.store(true, Ordering::Release);
+        }
+        let (busy, _, _) = copied?;
         if busy != 0 && self.location != Location::Memory {
             return Err(Error::Busy);
         }
@@ -814,9 +980,14 @@ impl Store {
         if self.wal_replaced(open) {
             return Ok(IdleCheckpointRun::Done);
         }
-        open.sync_unsynced()?;
+        open.make_durable()?;
+        error::take_io_error();
         // What it copied is not looked at: nothing here counts on it.
-        open.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);")?;
+        let copied = open.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);");
+        if error::take_io_error() {
+            open.sync_failed.store(true, Ordering::Release);
+        }
+        copied?;
         Ok(IdleCheckpointRun::Done)
     }
 
@@ -835,11 +1006,18 @@ impl Store {
         };
         // Deferred writes are durable before the app may be frozen, even
         // when the checkpoint cannot copy every frame.
-        let synced = open.sync_unsynced().map(|_| ());
+        // After a failed sync, the WAL is written again first: a checkpoint
+        // that starts the WAL over must not leave a WAL with a hole on the
+        // disk behind a database file that holds what came after it.
+        let synced = open.make_durable().map(|_| ());
+        error::take_io_error();
         let checkpoint = open
             .conn
             .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
             .map_err(Error::from);
+        if error::take_io_error() {
+            open.sync_failed.store(true, Ordering::Release);
+        }
         // A failed close hands the connection back; dropping it closes it
         // (rusqlite's drop closes and ignores the error) so no lock survives.
         // The held statements go first: a connection with statements left
@@ -907,14 +1085,16 @@ impl Store {
                     immutable: false,
                 };
                 let conn = connect(&location, &self.options, false)?;
+                let sync_failed = self.sync_failed;
                 Ok(Store {
-                    conn: Mutex::new(Some(Open::new(conn, None))),
+                    conn: Mutex::new(Some(Open::new(conn, None, sync_failed.clone()))),
                     location,
                     options: self.options,
                     ledger_id: None,
                     keys: self.keys,
                     sink: self.sink,
                     wal_file: None,
+                    sync_failed,
                 })
             }
             _ => Ok(self),

@@ -31,7 +31,10 @@
 //! several cuts); `TOOLLEDGER_POWER_SEED=<seed>` replays one, printing what
 //! it did. A failing seed prints itself, its cut and the replay command.
 
+mod failed_sync;
 mod idle_checkpoint;
+mod key_lifetime;
+mod lifecycle_race;
 mod world;
 
 use std::sync::Arc;

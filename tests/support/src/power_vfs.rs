@@ -119,6 +119,12 @@ struct Disk {
     /// (`""` for an unnamed thread).
     thread_syncs: BTreeMap<(String, String), u64>,
     next_handle: u64,
+    /// Fail the next syncs of the files whose name ends with this suffix
+    /// (the count left), the way Linux fails an fsync after a writeback
+    /// error: the writes since the file's last sync are dropped (the OS
+    /// still shows them, the disk will never get them) and the error is
+    /// reported once, so the next sync succeeds.
+    fail_syncs: Option<(String, u32)>,
 }
 
 impl Disk {
@@ -269,6 +275,19 @@ impl Machine {
     pub fn cut_at(&self, n: u64) {
         let mut d = lock(&self.disk);
         d.cut_at = Some(d.ops + n.max(1));
+    }
+
+    /// Makes the next `n` syncs of a file whose name ends with `suffix`
+    /// fail (`SQLITE_IOERR_FSYNC`) as a Linux fsync does after a writeback
+    /// error: the writes since that file's last sync stay visible but never
+    /// reach the disk, and the error is not reported again.
+    pub fn fail_syncs_of(&self, suffix: &str, n: u32) {
+        lock(&self.disk).fail_syncs = Some((suffix.to_owned(), n));
+    }
+
+    /// Failing syncs armed by [`Machine::fail_syncs_of`] not used yet.
+    pub fn failing_syncs_left(&self) -> u32 {
+        lock(&self.disk).fail_syncs.as_ref().map_or(0, |(_, n)| *n)
     }
 
     /// Cuts the power now.
@@ -641,9 +660,21 @@ unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, _flags: c_int) -> c_in
     *d.file_syncs.entry(f.name.clone()).or_default() += 1;
     let by = std::thread::current().name().unwrap_or_default().to_owned();
     *d.thread_syncs.entry((f.name.clone(), by)).or_default() += 1;
+    let fail = match &mut d.fail_syncs {
+        Some((suffix, n)) if *n > 0 && f.name.ends_with(suffix.as_str()) => {
+            *n -= 1;
+            true
+        }
+        _ => false,
+    };
     let Some(fd) = d.files.get_mut(&f.name) else {
         return ffi::SQLITE_IOERR_FSYNC;
     };
+    if fail {
+        // The writeback failed: those pages are clean now, never written.
+        fd.pending.clear();
+        return ffi::SQLITE_IOERR_FSYNC;
+    }
     let pending = std::mem::take(&mut fd.pending);
     for op in &pending {
         op.apply(&mut fd.durable);
