@@ -62,6 +62,50 @@ def _report(native: Any, attempt: Any, outcome: Any) -> Any:
     return native.report_attempt(request.execution_id, request.attempt, outcome)
 
 
+_NOT_RESENT = "the caller was interrupted before the resend; nothing was sent"
+
+
+# The framework's own control flow raised through a tool (LangGraph's
+# ``GraphInterrupt``: the tool paused for a human before it did anything;
+# on resume the framework runs the tool again from its start). Registered
+# by the adapters: reported as not committed (retryable), then re-raised.
+CONTROL_FLOW: tuple = ()
+
+_PAUSED = "the framework paused the tool (control flow, not an error); it runs again on resume"
+
+
+def _report_raised(native: Any, attempt: Any, e: BaseException) -> None:
+    """Reports a ``Perform`` attempt out of which ``e`` escapes."""
+    if CONTROL_FLOW and isinstance(e, CONTROL_FLOW):
+        _release(native, _report(native, attempt, _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(
+            reason=_PAUSED, retryable=True)))
+    else:
+        _report_interrupted(native, attempt)
+
+
+def _release(native: Any, step: Any) -> None:
+    """A new attempt a report handed out at once is reported not sent."""
+    for _ in range(_MAX_STEPS):
+        if type(step) is not _PERFORM or step.attempt.read_only:
+            return
+        step = _report(native, step.attempt,
+                       _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=_NOT_RESENT, retryable=True))
+
+
+def _report_interrupted(native: Any, attempt: Any) -> None:
+    """Reports an interrupted ``Perform`` attempt as an unknown outcome. For
+    a tool with an idempotency key that report answers the same-key resend
+    at once: a new attempt, already executing, which this caller will never
+    run. It is reported as not sent (retryable), so the call is not left
+    ``InFlight`` in this process: the next ask resends under the same key."""
+    step = _report(native, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
+    for _ in range(_MAX_STEPS):
+        if type(step) is not _PERFORM or step.attempt.read_only:
+            return
+        step = _report(native, step.attempt,
+                       _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=_NOT_RESENT, retryable=True))
+
+
 def _settler(native: Any) -> Any:
     # `Steps.settle_attempt` answers a finished call as the layer's outcome.
     return getattr(native, "settle_attempt", None) or native.report_attempt
@@ -84,8 +128,8 @@ def run(native: Any, step: Any, perform: Callable[[Any], Any], lookup: Callable[
             request = attempt.request
             try:
                 outcome = perform(request)
-            except BaseException:
-                _report(native, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
+            except BaseException as e:
+                _report_raised(native, attempt, e)
                 raise
             if attempt.read_only:
                 step = native.report(attempt, outcome)
@@ -131,8 +175,8 @@ async def arun(native: Any, step: Any, perform: Callable[[Any], Awaitable[Any]],
             request = attempt.request
             try:
                 outcome = await perform(request)
-            except BaseException:
-                _report(native, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
+            except BaseException as e:
+                _report_raised(native, attempt, e)
                 raise
             if io is _inline:  # every call's path: no coroutine per step
                 if attempt.read_only:

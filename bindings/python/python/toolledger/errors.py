@@ -54,7 +54,10 @@ class AlreadyCommitted(Error):
 
 class StorageError(Error):
     """The database could not be used (`kind`: a `StorageKind`). Nothing was
-    written, except for `StorageKind.FOREIGN_CONNECTION`."""
+    written, except for `StorageKind.FOREIGN_CONNECTION` (the last write may
+    be lost) and `StorageKind.IO` (the disk failed a sync: the write may be
+    in the ledger without being durable; nothing was sent on its strength,
+    and the ledger writes its log again before its next write)."""
 
 
 class UnknownTool(Error):

@@ -211,6 +211,16 @@ def _request(native: Any) -> tl.ToolRequest:
     return tl.ToolRequest._from_ffi(native)
 
 
+_TOO_LARGE = "result too large to store"
+
+
+def _too_large(stored: Any) -> bool:
+    """The marker the library commits in place of a result larger than it
+    stores (``{"toolledger_error": "result too large to store", "bytes": N}``):
+    the call ran and is committed, its result is not kept."""
+    return type(stored) is dict and stored.get("toolledger_error") == _TOO_LARGE
+
+
 class _JsonText(str):
     """A tool's value already serialised to JSON text by the adapter (which
     keeps the text, to recognise its own result in the call's outcome):
@@ -328,6 +338,8 @@ class LedgerRuntime:
             try:
                 value = body()
             except Exception as e:  # noqa: BLE001 - classified: refused, or "may have happened"
+                if _driven.CONTROL_FLOW and isinstance(e, _driven.CONTROL_FLOW):
+                    raise  # reported by the walk as not committed
                 return _raised(spec.name, e)
             finally:
                 _CURRENT.reset(token)
@@ -373,6 +385,8 @@ class LedgerRuntime:
                 if inspect.isawaitable(value):
                     value = await value
             except Exception as e:  # noqa: BLE001 - classified: refused, or "may have happened"
+                if _driven.CONTROL_FLOW and isinstance(e, _driven.CONTROL_FLOW):
+                    raise  # reported by the walk as not committed
                 return _raised(spec.name, e)
             finally:
                 _CURRENT.reset(token)
@@ -425,6 +439,8 @@ class LedgerRuntime:
                     value = await value
             except Exception as e:  # noqa: BLE001 - classified: refused, or "may have happened"
                 _CURRENT.reset(token)
+                if _driven.CONTROL_FLOW and isinstance(e, _driven.CONTROL_FLOW):
+                    raise  # the framework's control flow: reported below, re-raised
                 outcome = _raised(name, e)
             except BaseException:
                 _CURRENT.reset(token)
@@ -432,8 +448,8 @@ class LedgerRuntime:
             else:
                 _CURRENT.reset(token)
                 outcome = _performed(name, value)
-        except BaseException:
-            _driven._report(steps, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_driven._INTERRUPTED))
+        except BaseException as e:
+            _driven._report_raised(steps, attempt, e)
             raise
         return steps.settle_attempt(request.execution_id, request.attempt, outcome)
 
@@ -448,6 +464,8 @@ class LedgerRuntime:
                 value = body()
             except Exception as e:  # noqa: BLE001 - classified: refused, or "may have happened"
                 _CURRENT.reset(token)
+                if _driven.CONTROL_FLOW and isinstance(e, _driven.CONTROL_FLOW):
+                    raise  # the framework's control flow: reported below, re-raised
                 outcome = _raised(name, e)
             except BaseException:
                 _CURRENT.reset(token)
@@ -455,8 +473,8 @@ class LedgerRuntime:
             else:
                 _CURRENT.reset(token)
                 outcome = _performed(name, value)
-        except BaseException:
-            _driven._report(steps, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_driven._INTERRUPTED))
+        except BaseException as e:
+            _driven._report_raised(steps, attempt, e)
             raise
         return steps.settle_attempt(request.execution_id, request.attempt, outcome)
 

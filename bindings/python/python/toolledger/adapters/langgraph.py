@@ -44,13 +44,27 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage, messages_from_dict, messages_to_dict
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.runnables.config import CONFIG_KEYS
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, PrivateAttr
 
-from ._core import Downstream, LedgerRuntime, ToolSpec, _json, _JsonText, current_call  # noqa: F401
+from langgraph.errors import GraphInterrupt
+from langgraph.types import Command
+
+from .. import _driven
+from ._core import Downstream, LedgerRuntime, ToolSpec, _json, _JsonText, _too_large, current_call  # noqa: F401
+
+# `interrupt()` inside a tool raises through it: LangGraph's human-in-the-loop
+# pause, not the tool failing after its effect. Recorded as not committed
+# (retryable) and re-raised; the resumed graph runs the tool again from its
+# start (the next attempt, under the same key), as LangGraph documents, so a
+# tool must call `interrupt()` before its effect. (A `Command` sent to the
+# parent graph, `ParentCommand`, is the tool's answer, not a pause: it is
+# not taken as one.)
+if GraphInterrupt not in _driven.CONTROL_FLOW:
+    _driven.CONTROL_FLOW = _driven.CONTROL_FLOW + (GraphInterrupt,)
 
 TESTED_VERSIONS = {"langgraph": "1.2.22", "langchain-core": "1.8.1", "langgraph-prebuilt": "1.1.3"}
 
@@ -192,7 +206,22 @@ class LedgerTool(BaseTool):
             output = produced[1]
             if type(output) is ToolMessage and output.tool_call_id == call_id and output.name == self.name:
                 return output
+            if type(output) is Command:
+                return output
         stored = json.loads(done.result_json)
+        if _too_large(stored):
+            if produced and not done.replayed:
+                # This call ran the tool: its own output, which the ledger could not keep.
+                output = produced[1]
+                if type(output) is ToolMessage and output.tool_call_id == call_id and output.name == self.name:
+                    return output
+                stored = json.loads(produced[0])
+            else:
+                return ToolMessage(
+                    content=f"toolledger: the tool ran; its result ({stored.get('bytes')} bytes) was too large "
+                            "to store", status="error", tool_call_id=call_id, name=self.name)
+        if "command" in stored:
+            return _command(stored["command"])
         return ToolMessage(
             content=stored["content"],
             artifact=stored.get("artifact"),
@@ -233,8 +262,43 @@ def _identity_sources(config: Optional[RunnableConfig]) -> tuple[dict, dict]:
     return ensured.get("configurable") or {}, ensured.get("metadata") or {}
 
 
+_MESSAGES = "toolledger/messages"
+
+
+def _stored_command(command: Command) -> dict:
+    """What the ledger keeps of a ``Command`` a tool returned (its state
+    update, with messages as ``messages_to_dict`` writes them, the graph it
+    goes to and a node name or names to go to); raises TypeError for what
+    it cannot keep (a ``Send``, a resume value)."""
+    if command.resume is not None or not isinstance(command.update, (dict, type(None))):
+        raise TypeError("a tool's Command can be kept with a dict update, a graph and node names only")
+    goto = command.goto
+    if not (isinstance(goto, str) or (isinstance(goto, (list, tuple)) and all(isinstance(g, str) for g in goto))):
+        raise TypeError("a tool's Command can be kept with node names to go to only (no Send)")
+    update = {}
+    for key, value in (command.update or {}).items():
+        if isinstance(value, (list, tuple)) and value and all(isinstance(m, BaseMessage) for m in value):
+            value = {_MESSAGES: messages_to_dict(value)}
+        elif isinstance(value, BaseMessage):
+            value = {_MESSAGES: messages_to_dict([value]), "single": True}
+        update[key] = value
+    return {"graph": command.graph, "update": update, "goto": list(goto) if not isinstance(goto, str) else goto}
+
+
+def _command(stored: dict) -> Command:
+    update = {}
+    for key, value in stored["update"].items():
+        if isinstance(value, dict) and _MESSAGES in value:
+            messages = messages_from_dict(value[_MESSAGES])
+            value = messages[0] if value.get("single") else messages
+        update[key] = value
+    return Command(graph=stored.get("graph"), update=update, goto=stored.get("goto") or ())
+
+
 def _stored(output: Any, call_id: Optional[str]) -> dict:
     """What the ledger keeps of a tool's output."""
+    if isinstance(output, Command):
+        return {"command": _stored_command(output)}
     if isinstance(output, ToolMessage):
         stored = {"content": output.content, "status": output.status}
         if output.artifact is not None:

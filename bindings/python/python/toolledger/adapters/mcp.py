@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional
 
 from mcp import ClientSession
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, TextContent
 
 from ..outcomes import redacted_repr
-from ._core import _CURRENT, Downstream, LedgerRuntime, ToolSpec, _json, _JsonText, current_call  # noqa: F401
+from ._core import _CURRENT, Downstream, LedgerRuntime, ToolSpec, _json, _JsonText, _too_large, current_call  # noqa: F401
 
 TESTED_VERSIONS = {"mcp": "2.3.0"}
 
@@ -168,8 +168,17 @@ class MCPLedger:
         """``session.call_tool(name, arguments, **kwargs)`` through the
         ledger. Raises :class:`OutcomeUnknown` or :class:`CallNotExecuted`
         when there is no result to hand back."""
-        arguments = arguments or {}
+        if arguments is None:
+            arguments = {}
+        elif not isinstance(arguments, dict):
+            # mcp refuses it before the request is written: refused here,
+            # before the ledger records a call that could never be sent.
+            raise TypeError(f"call_tool({name!r}): arguments must be a dict, not {type(arguments).__name__}")
         spec_name = self.ledger_name(name)
+        if not self.runtime.registered(spec_name):
+            raise ValueError(
+                f"call_tool({name!r}): not declared; call MCPLedger.tool({name!r}, downstream=...) first"
+            )
         user_meta = kwargs.pop("meta", None)
 
         # What this call's own request got back and the JSON text recorded
@@ -206,6 +215,13 @@ class MCPLedger:
         if produced is not None and not done.replayed and done.result_json == produced[0]:
             return _tool_result(produced[1], done.execution_id, False, produced[2])
         stored = json.loads(done.result_json)
+        if _too_large(stored):
+            if produced is not None and not done.replayed:
+                # This call's own result, which the ledger could not keep.
+                return _tool_result(produced[1], done.execution_id, False, produced[2])
+            text = f"toolledger: the tool ran; its result ({stored.get('bytes')} bytes) was too large to store"
+            return _tool_result(CallToolResult(content=[TextContent(type="text", text=text)], isError=True),
+                                done.execution_id, done.replayed, None)
         return _tool_result(
             CallToolResult.model_validate(stored["result"]), done.execution_id, done.replayed,
             stored.get("jsonrpc_id"),

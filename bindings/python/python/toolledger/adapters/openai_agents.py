@@ -57,9 +57,25 @@ from agents.usage import Usage
 from openai.types.responses import ResponseOutputItem
 from pydantic import TypeAdapter
 
+from .. import _driven
 from ._core import (  # noqa: F401
-    CallNotExecuted, Downstream, LedgerRuntime, OutcomeUnknown, ToolSpec, _json, _JsonText, current_call,
+    CallNotExecuted, Downstream, LedgerRuntime, OutcomeUnknown, ToolSpec, _json, _JsonText, _too_large,
+    current_call,
 )
+
+
+class _ModelCallFailed(Exception):
+    """The wrapped model raised: no response, and nothing to protect (asking
+    the model again is safe). Reported as not committed (the next ask asks
+    again), and the model's own exception goes on to the SDK and the app."""
+
+    def __init__(self, error: Exception):
+        super().__init__(f"{type(error).__name__} raised by the model")
+        self.error = error
+
+
+if _ModelCallFailed not in _driven.CONTROL_FLOW:
+    _driven.CONTROL_FLOW = _driven.CONTROL_FLOW + (_ModelCallFailed,)
 
 TESTED_VERSIONS = {"openai-agents": "0.24.0", "openai": "3.57.0"}
 
@@ -133,9 +149,12 @@ class AgentsLedger:
         async def on_invoke_tool(ctx, arguments: str) -> Any:
             scope = _scope(tool.name)
             produced: list = []
+            raw: list = []
 
             async def body():
-                return _recorded_output(await inner(ctx, arguments), produced)
+                output = await inner(ctx, arguments)
+                raw.append(output)
+                return _recorded_output(output, produced)
 
             done = await runtime.acall(
                 operation(scope.run_id), scope.turn, ctx.tool_call_id, tool.name, arguments or "{}", body
@@ -144,9 +163,36 @@ class AgentsLedger:
             # it is: handed back as it is (what parsing the text gives).
             if produced and not done.replayed and done.result_json == produced[0]:
                 return produced[1]
-            return json.loads(done.result_json)
+            stored = json.loads(done.result_json)
+            if _too_large(stored):
+                if raw and not done.replayed:
+                    # This call's own output, which the ledger could not keep.
+                    return raw[-1]
+                return (f"toolledger: the tool ran; its result ({stored.get('bytes')} bytes) was too large "
+                        "to store")
+            return stored
 
         return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+
+    def agent_tool(self, tool: FunctionTool) -> FunctionTool:
+        """A copy of an agent tool (``Agent.as_tool(...)``) whose nested run
+        gets its own identity: ``<run_id>/<turn>/<call_id>`` of the call that
+        started it. Without it a nested run's model responses and tool calls
+        are counted in the calling run's turns, and two nested runs in one
+        turn ask for the same turn's response (one gets the other's)."""
+        inner = tool.on_invoke_tool
+
+        async def on_invoke_tool(ctx, arguments: str) -> Any:
+            parent = _scope(tool.name)
+            token = _SCOPE.set(_RunScope(run_id=f"{parent.run_id}/{parent.turn}/{ctx.tool_call_id}"))
+            try:
+                return await inner(ctx, arguments)
+            finally:
+                _SCOPE.reset(token)
+
+        wrapped = dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+        wrapped._toolledger_nested_run = True
+        return wrapped
 
     # -- the model ----------------------------------------------------------
 
@@ -160,7 +206,14 @@ class AgentsLedger:
     async def run(self, agent, input, *, run_id: str, **kwargs) -> Any:
         """``Runner.run(agent, input, **kwargs)`` with the calls named by
         ``run_id`` (the user turn being answered: keep it on a resume, give
-        a new one to regenerate)."""
+        a new one to regenerate).
+
+        Raises ``ValueError`` (nothing run) when an agent tool
+        (``Agent.as_tool``) reachable from ``agent`` runs an agent whose
+        model is kept by this ledger and is not wrapped with
+        :meth:`agent_tool`: its nested run would ask for the calling run's
+        model responses (two such tools in one turn would get one response)."""
+        _check_nested_runs(agent, set())
         token = _SCOPE.set(_RunScope(run_id=run_id))
         try:
             return await Runner.run(agent, input, **kwargs)
@@ -173,6 +226,38 @@ class AgentsLedger:
             raise
         finally:
             _SCOPE.reset(token)
+
+
+def _check_nested_runs(agent: Any, seen: set) -> None:
+    """Refuses an agent tool left unwrapped whose nested agent (or one
+    below it) keeps its model responses in the ledger."""
+    if id(agent) in seen:
+        return
+    seen.add(id(agent))
+    for tool in getattr(agent, "tools", None) or ():
+        nested = getattr(tool, "_agent_instance", None)
+        if not getattr(tool, "_is_agent_tool", False) or nested is None:
+            continue
+        if not getattr(tool, "_toolledger_nested_run", False) and _keeps_model(nested, set()):
+            raise ValueError(
+                f"tool {tool.name!r} runs agent {getattr(nested, 'name', '?')!r} (Agent.as_tool) whose model "
+                "responses the ledger keeps: wrap it with AgentsLedger.agent_tool(...) so that its nested run "
+                "gets its own identity"
+            )
+        _check_nested_runs(nested, seen)
+
+
+def _keeps_model(agent: Any, seen: set) -> bool:
+    """True when ``agent`` or an agent it runs as a tool or hands off to
+    has a model wrapped by ``AgentsLedger.model``."""
+    if id(agent) in seen:
+        return False
+    seen.add(id(agent))
+    if isinstance(getattr(agent, "model", None), _LedgerModel):
+        return True
+    below = [getattr(t, "_agent_instance", None) for t in getattr(agent, "tools", None) or ()]
+    below += [getattr(h, "agent", h) for h in getattr(agent, "handoffs", None) or ()]
+    return any(b is not None and _keeps_model(b, seen) for b in below)
 
 
 def _ledger_cause(exc: BaseException) -> Optional[BaseException]:
@@ -237,18 +322,27 @@ class _LedgerModel(Model):
         fresh: list[ModelResponse] = []
 
         async def body():
-            response = await self.inner.get_response(
-                system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs
-            )
+            try:
+                response = await self.inner.get_response(
+                    system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs
+                )
+            except Exception as e:  # noqa: BLE001 - handed on unchanged below
+                raise _ModelCallFailed(e) from e
             fresh.append(response)
             return {
                 "output": [item.model_dump(mode="json", exclude_none=True) for item in response.output],
                 "response_id": response.response_id,
             }
 
-        done = await self.owner.runtime.acall(
-            self.owner.operation(scope.run_id), turn, "model", MODEL_TOOL, "{}", body
-        )
+        failed = None
+        try:
+            done = await self.owner.runtime.acall(
+                self.owner.operation(scope.run_id), turn, "model", MODEL_TOOL, "{}", body
+            )
+        except _ModelCallFailed as e:
+            failed = e.error
+        if failed is not None:
+            raise failed
         scope.turn = turn
         if fresh and not done.replayed:
             return fresh[-1]
