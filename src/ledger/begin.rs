@@ -362,8 +362,8 @@ impl Ledger {
         // intent's sync failed): settled in this transaction first.
         let unsent = self.unsent_attempts();
         // The attempts this transaction hands out, for the case where its
-        // intent's sync fails (the only use: kept off the usual path's
-        // allocations otherwise, it is filled inside the transaction).
+        // intent's sync fails (their ids are copied in the transaction: a
+        // small vector per `begin`).
         let handed = std::cell::RefCell::new(Vec::new());
         let body = |dao: &Dao<'_>| {
             if let Some(unsent) = &unsent {

@@ -138,6 +138,12 @@ pub(super) fn take_io_error() -> bool {
     IO_ERROR.with(|seen| seen.replace(false))
 }
 
+/// Notes an I/O error that reached no `rusqlite::Error` (SQLite's checkpoint
+/// in a commit, whose result the commit does not report).
+pub(super) fn note_io_error() {
+    IO_ERROR.with(|seen| seen.set(true));
+}
+
 /// A sealed value that failed to open inside a row mapping (rusqlite wants
 /// its own error type there); turned back into [`Error::Undecryptable`].
 #[derive(Debug, thiserror::Error)]
@@ -160,7 +166,7 @@ impl From<rusqlite::Error> for Error {
                 ErrorCode::ReadOnly => Error::ReadOnly,
                 ErrorCode::CannotOpen => Error::CannotOpen,
                 ErrorCode::SystemIoFailure => {
-                    IO_ERROR.with(|seen| seen.set(true));
+                    note_io_error();
                     Error::Io(err)
                 }
                 ErrorCode::ConstraintViolation

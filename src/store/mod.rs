@@ -203,7 +203,7 @@ struct Open {
 
 impl Open {
     fn new(conn: Connection, wal: Option<FileId>, sync_failed: Arc<AtomicBool>) -> Open {
-        Open {
+        let open = Open {
             hot: hot::Hot::new(),
             conn: Box::new(conn),
             wal,
@@ -211,7 +211,12 @@ impl Open {
             unsynced_since: None,
             fullfsync: None,
             sync_failed,
+        };
+        if open.sync_failed() {
+            // Reopened (after `suspend()`) with a repair still pending.
+            open.checkpoint_on_close(false);
         }
+        open
     }
 
     /// True while a failed sync (or an I/O error) is not repaired.
@@ -252,8 +257,28 @@ impl Open {
         rewritten?;
         ended?;
         self.sync_failed.store(false, Ordering::Release);
+        self.checkpoint_on_close(true);
         self.unsynced_since = None;
         Ok(())
+    }
+
+    /// Notes a failed sync (or an I/O error): repaired before anything is
+    /// taken as durable again.
+    fn mark_sync_failed(&self) {
+        self.sync_failed.store(true, Ordering::Release);
+        self.checkpoint_on_close(false);
+    }
+
+    /// Whether closing this connection may checkpoint (SQLite copies the WAL
+    /// into the database file when its last connection closes). Not while a
+    /// repair is pending: a WAL with a hole on the disk is never copied, as
+    /// a copy cut by the power would leave half-written pages in the
+    /// database file that no whole WAL covers.
+    fn checkpoint_on_close(&self, allowed: bool) {
+        let _ = self.conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            !allowed,
+        );
     }
 
     /// `PRAGMA fullfsync`, read once.
@@ -298,7 +323,7 @@ impl Open {
         }
         let full = self.fullfsync()?;
         if let Err(e) = sync_wal(&self.conn, full) {
-            self.sync_failed.store(true, Ordering::Release);
+            self.mark_sync_failed();
             return Err(e);
         }
         self.unsynced_since = None;
@@ -635,14 +660,25 @@ impl Store {
     /// re-keyed, older bytes stay in the WAL until the next checkpoint).
     pub fn reseal(&self, key: &LedgerKey) -> Result<()> {
         let mut keys = self.keys.write().map_err(|_| Error::LockPoisoned)?;
-        let guard = self.lock()?;
-        let open = guard.as_ref().ok_or(Error::Suspended)?;
+        let mut guard = self.lock()?;
+        let open = guard.as_mut().ok_or(Error::Suspended)?;
+        // After a failed sync: the WAL is whole on the disk before this
+        // writes, and before its checkpoint copies it.
+        open.make_durable()?;
+        error::take_io_error();
         let ledger_id = self.ledger_id.clone().unwrap_or_default();
         let fresh = crypt::NewKeys::make(key, &ledger_id, keys.as_deref())?;
-        reseal::reseal_all(&open.conn, keys.as_deref(), &fresh)?;
-        *keys = Some(Arc::new(fresh.keys));
+        let resealed = reseal::reseal_all(&open.conn, keys.as_deref(), &fresh);
+        if resealed.is_ok() {
+            *keys = Some(Arc::new(fresh.keys));
+        }
         drop(keys);
-        reseal::scrub(&open.conn, self.location == Location::Memory)
+        let scrubbed =
+            resealed.and_then(|()| reseal::scrub(&open.conn, self.location == Location::Memory));
+        if error::take_io_error() {
+            open.mark_sync_failed();
+        }
+        scrubbed
     }
 
     /// The database file's resolved path (absolute, symlinks resolved),
@@ -795,7 +831,7 @@ impl Store {
             // A failed write, read or sync inside the transaction (SQLite's
             // own sync of a FULL commit among them): repaired before the
             // next write. A commit that returned an error was not taken.
-            open.sync_failed.store(true, Ordering::Release);
+            open.mark_sync_failed();
         }
         if let Ok(((_, true), _)) = &result {
             match durability {
@@ -939,7 +975,7 @@ impl Store {
                 ))
             });
         if error::take_io_error() {
-            open.sync_failed.store(true, Ordering::Release);
+            open.mark_sync_failed();
         }
         let (busy, _, _) = copied?;
         if busy != 0 && self.location != Location::Memory {
@@ -985,7 +1021,7 @@ impl Store {
         // What it copied is not looked at: nothing here counts on it.
         let copied = open.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);");
         if error::take_io_error() {
-            open.sync_failed.store(true, Ordering::Release);
+            open.mark_sync_failed();
         }
         copied?;
         Ok(IdleCheckpointRun::Done)
@@ -1011,13 +1047,21 @@ impl Store {
         // disk behind a database file that holds what came after it.
         let synced = open.make_durable().map(|_| ());
         error::take_io_error();
-        let checkpoint = open
-            .conn
-            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
-            .map_err(Error::from);
+        // A WAL still not repaired is not copied at all: a copy cut by the
+        // power would leave half-written pages in the database file that no
+        // whole WAL covers (its close skips SQLite's checkpoint too: see
+        // `Open`'s drop). The next write after `resume()` repairs.
+        let checkpoint = if open.sync_failed() {
+            Ok(())
+        } else {
+            open.conn
+                .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+                .map_err(Error::from)
+        };
         if error::take_io_error() {
-            open.sync_failed.store(true, Ordering::Release);
+            open.mark_sync_failed();
         }
+
         // A failed close hands the connection back; dropping it closes it
         // (rusqlite's drop closes and ignores the error) so no lock survives.
         // The held statements go first: a connection with statements left
@@ -1319,8 +1363,56 @@ fn connect(location: &Location, options: &StoreOptions, create: bool) -> Result<
          PRAGMA checkpoint_fullfsync=ON;",
     )?;
     conn.set_prepared_statement_cache_capacity(64);
+    if location != &Location::Memory {
+        install_checkpoint_hook(&conn);
+    }
     schema::migrate(&mut conn)?;
     Ok(conn)
+}
+
+/// SQLite's own checkpoint in a commit: once the WAL holds this many frames
+/// (SQLite's default `wal_autocheckpoint`).
+const AUTOCHECKPOINT_FRAMES: std::os::raw::c_int = 1000;
+
+/// Replaces SQLite's default WAL hook with one that does the same (a
+/// PASSIVE checkpoint once the WAL holds [`AUTOCHECKPOINT_FRAMES`] frames,
+/// run inside the commit) and notes an I/O error of that checkpoint for the
+/// store: the default hook drops the checkpoint's result, and a failed sync
+/// of the WAL there leaves a hole that must be repaired (`Open::repair`).
+/// The commit itself is not failed by it (it did commit).
+fn install_checkpoint_hook(conn: &Connection) {
+    use rusqlite::ffi;
+    unsafe extern "C" fn hook(
+        _: *mut std::os::raw::c_void,
+        db: *mut ffi::sqlite3,
+        name: *const std::os::raw::c_char,
+        frames: std::os::raw::c_int,
+    ) -> std::os::raw::c_int {
+        if frames >= AUTOCHECKPOINT_FRAMES {
+            // SAFETY: SQLite calls the hook with its open connection and
+            // the name of the database just committed, after the commit and
+            // outside any lock this call could conflict with (as its own
+            // default hook, which makes this very call).
+            let rc = unsafe {
+                ffi::sqlite3_wal_checkpoint_v2(
+                    db,
+                    name,
+                    ffi::SQLITE_CHECKPOINT_PASSIVE,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+            if rc & 0xff == ffi::SQLITE_IOERR {
+                error::note_io_error();
+            }
+        }
+        ffi::SQLITE_OK
+    }
+    // SAFETY: `conn` is open; the hook keeps no pointer (its argument is
+    // null) and is a plain function, valid for the life of the connection.
+    unsafe {
+        ffi::sqlite3_wal_hook(conn.handle(), Some(hook), std::ptr::null_mut());
+    }
 }
 
 #[cfg(test)]

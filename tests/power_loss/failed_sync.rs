@@ -24,12 +24,12 @@ use toolledger_test_support::power_vfs::Machine;
 
 use super::{config, cut_and_reopen, deferred_calls};
 
-const WAL: &str = "l.db-wal";
+pub(super) const WAL: &str = "l.db-wal";
 
 /// A neither-tool call, begun and committed: `Some` when the ledger
 /// acknowledged it (the effect happened, the commit is durable by the
 /// ledger's word), `None` when the ledger refused it (nothing sent).
-fn neither_call(ledger: &Ledger, name: &str) -> Option<(ExecutionId, String)> {
+pub(super) fn neither_call(ledger: &Ledger, name: &str) -> Option<(ExecutionId, String)> {
     let op = OperationId::new("op").unwrap();
     let call = ToolCall::custom(name, "send_email", r#"{"to":"a@b.c"}"#);
     let spec = CallSpec::new(call, 1).with_downstream(Downstream::default());

@@ -32,6 +32,8 @@
 //! it did. A failing seed prints itself, its cut and the replay command.
 
 mod failed_sync;
+mod failed_sync_autocheckpoint;
+mod failed_sync_suspend;
 mod idle_checkpoint;
 mod key_lifetime;
 mod lifecycle_race;
