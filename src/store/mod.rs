@@ -1693,6 +1693,71 @@ mod tests {
         store.sync().unwrap();
     }
 
+    /// The repair through the real file system (the power-loss tests run it
+    /// on the simulated disk): it writes the WAL again byte for byte, under
+    /// the write lock, and the store goes on writing; a new connection (a
+    /// reopen after `suspend()`) still repairs first.
+    #[test]
+    fn the_repair_rewrites_the_wal_as_it_was_and_writes_go_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let wal = dir.path().join("s.db-wal");
+        let store = Store::open(&path, StoreOptions::default(), None).unwrap();
+        // Enough writes for a WAL of several 64 KiB chunks.
+        for i in 0..40 {
+            let op = OperationId::new(format!("op{i}")).unwrap();
+            store
+                .write(Durability::Deferred, |dao| {
+                    dao.ensure_operation(&op, 1).map(|_| ())
+                })
+                .unwrap();
+        }
+        let before = std::fs::read(&wal).unwrap();
+        assert!(before.len() > 64 * 1024, "{} bytes", before.len());
+        let mark = |store: &Store| {
+            let guard = store.lock().unwrap();
+            guard.as_ref().unwrap().mark_sync_failed();
+        };
+        mark(&store);
+        assert!(
+            store.has_unsynced(),
+            "nothing is durable by the store's word"
+        );
+        assert!(store.sync_deferred().unwrap(), "the repair synced");
+        assert!(!store.has_unsynced());
+        assert_eq!(std::fs::read(&wal).unwrap(), before, "the same bytes");
+        // Marked again, the next write repairs first and goes on.
+        mark(&store);
+        let op = OperationId::new("after").unwrap();
+        store
+            .write(Durability::Full, |dao| {
+                dao.ensure_operation(&op, 1).map(|_| ())
+            })
+            .unwrap();
+        assert!(!store.has_unsynced());
+        // Marked while suspended: the reopened connection repairs first.
+        store.suspend().unwrap();
+        store.sync_failed.store(true, Ordering::Release);
+        store.resume().unwrap();
+        assert!(store.has_unsynced());
+        store.sync().unwrap();
+        assert!(!store.has_unsynced());
+        let check: String = {
+            let guard = store.lock().unwrap();
+            guard
+                .as_ref()
+                .unwrap()
+                .conn
+                .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(check, "ok");
+        assert_eq!(
+            store.read(|dao| dao.operation_status(&op)).unwrap(),
+            Some(crate::model::OperationStatus::Open)
+        );
+    }
+
     #[test]
     fn suspended_stores_refuse_work_until_resumed() {
         let dir = tempfile::tempdir().unwrap();
