@@ -152,7 +152,11 @@ impl Drop for Running {
         if let Ok(mut a) = self.inner.attempts.lock() {
             a.running.remove(&self.id);
             if !self.finished {
-                a.orphans.insert(self.id.clone(), self.attempt);
+                let attempt = self.attempt;
+                a.orphans
+                    .entry(self.id.clone())
+                    .and_modify(|x| *x = (*x).max(attempt))
+                    .or_insert(attempt);
             }
         }
     }
@@ -396,11 +400,19 @@ impl Executor {
             let permit_source = semaphore.clone();
             let job: Job = match ro {
                 Some(request) => Job::ReadOnly(request),
-                None => Job::Begin(
-                    begins
+                None => {
+                    let begin = begins
                         .next()
-                        .ok_or_else(|| Error::Internal("missing begin answer".into()))?,
-                ),
+                        .ok_or_else(|| Error::Internal("missing begin answer".into()))?;
+                    // Begun and durable, not sent yet: this executor's orphan
+                    // until its task starts driving it (`running`), so a
+                    // task dropped before then is reconciled when asked for.
+                    let queued = match &begin {
+                        Begin::Execute(t) => Some(self.running(t)),
+                        _ => None,
+                    };
+                    Job::Begin(begin, queued)
+                }
             };
             set.spawn(async move {
                 let _permit = permit_source.acquire_owned().await;
@@ -408,7 +420,13 @@ impl Executor {
                     Job::ReadOnly(request) => {
                         readonly::run(&this, tool.as_ref(), &desc, request).await
                     }
-                    Job::Begin(begin) => this.drive(tool.as_ref(), &desc, begin).await,
+                    Job::Begin(begin, queued) => {
+                        let out = this.drive(tool.as_ref(), &desc, begin).await;
+                        if let Some(q) = queued {
+                            q.finish();
+                        }
+                        out
+                    }
                 };
                 (index, out)
             });
@@ -535,7 +553,10 @@ impl Executor {
     async fn recover_one(&self, rec: &crate::model::ExecutionRecord) -> Result<CallOutcome> {
         let tool = self.tool(&rec.tool_name)?;
         let desc = tool.descriptor();
-        if rec.status == ExecutionStatus::FailedBeforeCommit && rec.retryable == Some(true) {
+        if rec.status == ExecutionStatus::FailedBeforeCommit
+            && rec.retryable == Some(true)
+            && self.inner.ledger.batch_items(&rec.execution_id)?.is_empty()
+        {
             // Reported, not run again: the app (or the model) decides.
             return Ok(CallOutcome::Failed {
                 execution_id: rec.execution_id.clone(),
@@ -589,6 +610,26 @@ impl Executor {
         }
     }
 
+    /// A finished job's result as the tool path stores one (a text that is
+    /// not JSON as a JSON string, one over the limits as the size marker):
+    /// the job's effect happened, so its result is never refused.
+    fn storable_update<'u>(&self, update: &'u JobUpdate) -> std::borrow::Cow<'u, JobUpdate> {
+        match update {
+            JobUpdate::Succeeded { result_json } => {
+                let limits = &self.inner.ledger.config().json_limits;
+                let stored = protocol::storable_result(result_json.clone(), limits);
+                if &stored == result_json {
+                    std::borrow::Cow::Borrowed(update)
+                } else {
+                    std::borrow::Cow::Owned(JobUpdate::Succeeded {
+                        result_json: stored,
+                    })
+                }
+            }
+            _ => std::borrow::Cow::Borrowed(update),
+        }
+    }
+
     /// Applies a webhook event to its execution exactly once (a repeated
     /// `(source, event_id)` is ignored and counted).
     ///
@@ -601,10 +642,11 @@ impl Executor {
         id: &ExecutionId,
         update: &JobUpdate,
     ) -> Result<JobApplied> {
+        let update = self.storable_update(update);
         let applied = self
             .inner
             .ledger
-            .ingest_webhook(source, event_id, id, update)?;
+            .ingest_webhook(source, event_id, id, &update)?;
         if applied == JobApplied::DuplicateEvent {
             self.inner.metrics.duplicate_webhook();
         }
@@ -616,7 +658,8 @@ impl Executor {
     /// # Errors
     /// Ledger errors.
     pub fn record_job_update(&self, id: &ExecutionId, update: &JobUpdate) -> Result<JobApplied> {
-        Ok(self.inner.ledger.record_job_update(id, update)?)
+        let update = self.storable_update(update);
+        Ok(self.inner.ledger.record_job_update(id, &update)?)
     }
 
     /// Cancels an operation. Calls not yet running are cancelled and nothing
@@ -633,7 +676,7 @@ impl Executor {
 
 enum Job {
     ReadOnly(ToolRequest),
-    Begin(Begin),
+    Begin(Begin, Option<Running>),
 }
 
 /// The delay before attempt `attempt + 1`: exponential from `backoff_base`,

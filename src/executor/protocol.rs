@@ -258,7 +258,11 @@ impl Executor {
     pub(super) fn next_attempt(&self, id: &ExecutionId) -> Result<Step> {
         match self.ledger().mark_executing(id) {
             Ok(t) => Ok(Step::Perform(t)),
-            Err(ledger::Error::OperationCancelled(_)) => Ok(Step::Done(self.current_outcome(id)?)),
+            // Cancelled meanwhile, or another caller started (or finished)
+            // the next attempt while this one waited: the current truth.
+            Err(ledger::Error::OperationCancelled(_) | ledger::Error::InvalidTransition { .. }) => {
+                Ok(Step::Done(self.current_outcome(id)?))
+            }
             Err(e) => Err(e.into()),
         }
     }

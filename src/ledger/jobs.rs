@@ -236,6 +236,14 @@ impl Ledger {
             {
                 return Ok(Fenced::Refused(stale));
             }
+            if rec.status != ExecutionStatus::Executing {
+                // Committed (or failed) by the job's own update meanwhile.
+                return Err(Error::InvalidTransition {
+                    execution_id: id.clone(),
+                    from: rec.status,
+                    transition: Transition::Commit,
+                });
+            }
             if !dao.set_external_id(id, job_id, now)? {
                 return Err(Error::AlreadyCommitted(id.clone()));
             }
@@ -301,11 +309,11 @@ impl Ledger {
             );
             let job_id = rec.external_id.clone().unwrap_or_default();
             match update {
+                _ if !open => Ok(JobApplied::AlreadyFinal(rec.status)),
                 JobUpdate::Progress { state } => {
                     dao.upsert_job(id, &job_id, state, now)?;
                     Ok(JobApplied::Progress)
                 }
-                _ if !open => Ok(JobApplied::AlreadyFinal(rec.status)),
                 JobUpdate::Succeeded { result_json } => {
                     dao.upsert_job(id, &job_id, "succeeded", now)?;
                     Ok(JobApplied::Committed(self.commit_in(

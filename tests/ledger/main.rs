@@ -18,6 +18,7 @@ mod concurrency;
 mod crash_recovery;
 mod delivery;
 mod encryption;
+mod flows;
 mod idempotency;
 mod in_place;
 mod inspect;
