@@ -55,11 +55,24 @@ extension ToolExecutor {
     /// the main thread (or use `execute(operationId:round:call:tool:)`).
     ///
     /// - Throws: `LedgerError` as `execute` (`.UnknownTool`, `.InvalidInput`:
-    ///   nothing recorded; `.Storage`).
+    ///   nothing recorded; `.Storage`); `.InvalidInput`, nothing recorded or
+    ///   run, when `tool` is not the call's tool (its descriptor's name is
+    ///   not `call.toolName`).
     public func executeNow(
         operationId: String, round: UInt32, call: ToolCall, tool: any SyncTool
     ) throws -> CallOutcome {
-        try walk(from: start(operationId: operationId, round: round, call: call), tool: tool)
+        try Self.check(tool, runs: call)
+        return try walk(from: start(operationId: operationId, round: round, call: call), tool: tool)
+    }
+
+    /// Refuses a tool that is not the one the call names: its side effect
+    /// would run, and be recorded and replayed, as the call's.
+    private static func check(_ tool: any SyncTool, runs call: ToolCall) throws {
+        let name = try tool.descriptor().name
+        guard name == call.toolName else {
+            throw LedgerError.InvalidInput(
+                message: "the tool given (\(name)) is not the call's tool (\(call.toolName)); nothing was recorded")
+        }
     }
 
     /// Walks one call's steps from `first` on this thread, running `tool`
@@ -109,6 +122,7 @@ extension ToolExecutor {
         operationId: String, round: UInt32, call: ToolCall, tool: any SyncTool,
         queue: DispatchQueue = AsyncLedger.defaultQueue
     ) async throws -> CallOutcome {
+        try Self.check(tool, runs: call)
         let now = try startNow(operationId: operationId, round: round, call: call)
         if case .done(let outcome)? = now {
             return outcome

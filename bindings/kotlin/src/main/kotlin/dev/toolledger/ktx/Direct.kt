@@ -16,6 +16,7 @@ import dev.toolledger.FfiConverterTypePerformOutcome
 import dev.toolledger.FfiConverterTypeToolCall
 import dev.toolledger.FfiConverterUInt
 import dev.toolledger.InternalException
+import dev.toolledger.LedgerException
 import dev.toolledger.LookupOutcome
 import dev.toolledger.PerformOutcome
 import dev.toolledger.ToolCall
@@ -104,11 +105,21 @@ internal object DirectSteps {
         val data = buf.data
         data.clear()
         data.position(HEADER.toInt())
-        write(data)
+        try {
+            write(data)
+        } catch (e: java.nio.charset.CharacterCodingException) {
+            // A string with an unpaired UTF-16 surrogate (half an emoji):
+            // nothing was sent to the library.
+            throw LedgerException.InvalidInput("a string is not valid UTF-16 (an unpaired surrogate)")
+        }
         val inputLen = data.position() - HEADER.toInt()
-        var code = DirectLib.toolledger_direct_step(
-            executor.uniffiCloneHandle(), step, buf.address, buf.capacity.toLong(), inputLen.toLong(),
-        )
+        // Through the object's call counter, as every generated method: a
+        // closed executor refuses (IllegalStateException) instead of handing
+        // the library a freed handle, and one closed during the call is
+        // freed after it.
+        var code = executor.callWithHandle { handle ->
+            DirectLib.toolledger_direct_step(handle, step, buf.address, buf.capacity.toLong(), inputLen.toLong())
+        }
         var out = buf
         if (code == NEEDS_SPACE) {
             out = Buffers.forAnswer(HEADER + buf.header.getLong(0))

@@ -51,6 +51,12 @@ class Executor @JvmOverloads constructor(
     /** The registered tools this layer runs itself, by name. */
     private val syncTools = ConcurrentHashMap<String, SyncTool>()
 
+    /** Calls of this layer's [SyncTool]s in progress (see [close]). */
+    private val walks = java.util.concurrent.atomic.AtomicInteger(0)
+
+    @Volatile
+    private var closed = false
+
     /**
      * An executor over [ledger] with [config] and [tools] registered; its
      * [SyncTool] calls run on the ledger's dispatcher.
@@ -64,9 +70,17 @@ class Executor @JvmOverloads constructor(
         tools.forEach(::register)
     }
 
-    /** Registers a tool under its descriptor's name. */
+    /**
+     * Registers a tool under its descriptor's name. What the library calls
+     * back (a suspending tool's `perform` / `lookup`, a [SyncTool] run by
+     * `recover`, `approve`, `executeRound`) goes through a guard that turns
+     * a result or error text with an unpaired UTF-16 surrogate (half an
+     * emoji, from `take(n)`) into an unknown outcome: the bindings cannot
+     * hand such a string to the library, and it would otherwise escape as
+     * an uncaught exception on the library's thread.
+     */
     fun register(tool: ToolHandler) {
-        executor.register(tool)
+        executor.register(Utf16Guard(tool))
         if (tool is SyncTool && tool.descriptor().batch == BatchMode.ATOMIC) {
             syncTools[tool.descriptor().name] = tool
         }
@@ -92,13 +106,19 @@ class Executor @JvmOverloads constructor(
      * and a suspended ledger throw what the dispatcher's path throws.
      */
     suspend fun execute(operationId: String, round: Int, call: ToolCall): CallOutcome {
+        checkUtf16(operationId, call)
         val tool = syncTools[call.toolName] ?: return executor.execute(operationId, round.toU("round"), call)
         val r = round.toU("round")
-        val now = DirectSteps.startNow(executor, operationId, r, call)
-        if (now is CallerStep.Done) return now.outcome
-        return withContext(dispatcher + NonCancellable) {
-            // `startNow` only answers `Done`; any other step is walked there.
-            drive(executor, now ?: DirectSteps.start(executor, operationId, r, call), tool)
+        return walking {
+            val now = DirectSteps.startNow(executor, operationId, r, call)
+            if (now is CallerStep.Done) {
+                now.outcome
+            } else {
+                withContext(dispatcher + NonCancellable) {
+                    // `startNow` only answers `Done`; any other step is walked there.
+                    drive(executor, now ?: DirectSteps.start(executor, operationId, r, call), tool)
+                }
+            }
         }
     }
 
@@ -109,9 +129,26 @@ class Executor @JvmOverloads constructor(
      * that is not a registered [SyncTool].
      */
     fun executeBlocking(operationId: String, round: Int, call: ToolCall): CallOutcome {
+        checkUtf16(operationId, call)
         val tool = syncTools[call.toolName]
             ?: throw LedgerException.InvalidInput("executeBlocking: ${call.toolName} is not a registered SyncTool")
-        return drive(executor, DirectSteps.start(executor, operationId, round.toU("round"), call), tool)
+        return walking { drive(executor, DirectSteps.start(executor, operationId, round.toU("round"), call), tool) }
+    }
+
+    /**
+     * Runs one [SyncTool] call's walk; [close] waits for none of them but
+     * frees the library's executor only after the last one (a walk holds
+     * it from its `start` to its last report: a call that started finishes
+     * and is recorded). Refused once closed.
+     */
+    private inline fun <T> walking(walk: () -> T): T {
+        walks.incrementAndGet()
+        try {
+            check(!closed) { "the Executor is closed" }
+            return walk()
+        } finally {
+            if (walks.decrementAndGet() == 0 && closed) executor.close()
+        }
     }
 
     /** Runs every call of one model response; outcomes in call order. */
@@ -151,6 +188,13 @@ class Executor @JvmOverloads constructor(
     /** Counters and latency figures so far. */
     fun metrics(): MetricsSnapshot = executor.metrics()
 
-    /** Closes the underlying [ToolExecutor]. */
-    override fun close() = executor.close()
+    /**
+     * Closes the underlying [ToolExecutor]: at once when no [SyncTool] call
+     * of this layer runs, otherwise when the last one has recorded its
+     * outcome. Calls made after it are refused (`IllegalStateException`).
+     */
+    override fun close() {
+        closed = true
+        if (walks.get() == 0) executor.close()
+    }
 }

@@ -73,7 +73,9 @@ internal fun drive(executor: ToolExecutor, first: CallerStep, tool: SyncTool): C
                     DirectSteps.report(executor, s.attempt, PerformOutcome.Unknown(reason = INTERRUPTED))
                     throw e
                 }
-                DirectSteps.report(executor, s.attempt, outcome)
+                // A string the library cannot take (an unpaired surrogate)
+                // is an unknown outcome: the report must reach the library.
+                DirectSteps.report(executor, s.attempt, encodable(outcome))
             }
             is CallerStep.Lookup -> {
                 val found = try {
@@ -83,6 +85,8 @@ internal fun drive(executor: ToolExecutor, first: CallerStep, tool: SyncTool): C
                 }
                 if (found == null) {
                     DirectSteps.reportLookupError(executor, s.attempt, "the lookup threw")
+                } else if (!isEncodable(found)) {
+                    DirectSteps.reportLookupError(executor, s.attempt, "the lookup's result is not valid UTF-16")
                 } else {
                     DirectSteps.reportLookup(executor, s.attempt, found)
                 }
