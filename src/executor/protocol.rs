@@ -83,7 +83,7 @@ impl Executor {
                 }
                 Step::Retry { id, after } => {
                     tokio::time::sleep(after).await;
-                    self.next_attempt(&id)?
+                    self.next_attempt(tool, &id)?
                 }
                 Step::Reconcile(ticket) => match desc.batch {
                     BatchMode::Independent => {
@@ -201,14 +201,15 @@ impl Executor {
                         Step::Done(completed(stored, false))
                     })
             }
-            PerformOutcome::JobStarted { job_id } => {
-                ledger.record_job(&attempt, &job_id).map(|()| {
-                    Step::Done(CallOutcome::Pending {
-                        execution_id: id.clone(),
-                        job_id,
-                    })
-                })
-            }
+            PerformOutcome::JobStarted { job_id } => match ledger.record_job(&attempt, &job_id) {
+                Ok(()) => Ok(Step::Done(self.current_or_pending(id, job_id)?)),
+                // The job's own update finished it first (a webhook): what
+                // is stored is the answer.
+                Err(ledger::Error::InvalidTransition { .. }) => {
+                    Ok(Step::Done(self.current_outcome(id)?))
+                }
+                Err(e) => Err(e),
+            },
             PerformOutcome::FailedBeforeCommit { reason, .. }
                 if self.earlier_may_land(desc, &ticket).is_some() =>
             {
@@ -254,14 +255,18 @@ impl Executor {
     }
 
     /// The next attempt of a retryable failure, unless its operation was
-    /// cancelled meanwhile (then it is cancelled, and nothing runs).
-    pub(super) fn next_attempt(&self, id: &ExecutionId) -> Result<Step> {
+    /// cancelled meanwhile (then it is cancelled, and nothing runs). When
+    /// another caller moved the execution on while this one waited (it ran
+    /// the next attempt, or is running it, or left it as an orphan, or it
+    /// became unknown), the step is what a new ask would get: a replay,
+    /// `InFlight`, a takeover of this executor's orphan, a reconciliation.
+    pub(super) fn next_attempt(&self, tool: &dyn ToolHandler, id: &ExecutionId) -> Result<Step> {
         match self.ledger().mark_executing(id) {
             Ok(t) => Ok(Step::Perform(t)),
-            // Cancelled meanwhile, or another caller started (or finished)
-            // the next attempt while this one waited: the current truth.
-            Err(ledger::Error::OperationCancelled(_) | ledger::Error::InvalidTransition { .. }) => {
-                Ok(Step::Done(self.current_outcome(id)?))
+            Err(ledger::Error::OperationCancelled(_)) => Ok(Step::Done(self.current_outcome(id)?)),
+            Err(ledger::Error::InvalidTransition { .. }) => {
+                let begin = self.ledger().continue_execution(id)?;
+                self.first_step(tool, begin)
             }
             Err(e) => Err(e.into()),
         }
@@ -290,6 +295,20 @@ impl Executor {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// `Pending` for a job recorded on a running execution; what is
+    /// stored when the execution had been marked unknown meanwhile (the job
+    /// id is kept with it).
+    fn current_or_pending(&self, id: &ExecutionId, job_id: String) -> Result<CallOutcome> {
+        let rec = self.ledger().get(id)?;
+        if rec.is_some_and(|r| r.status == ExecutionStatus::OutcomeUnknown) {
+            return self.current_outcome(id);
+        }
+        Ok(CallOutcome::Pending {
+            execution_id: id.clone(),
+            job_id,
+        })
     }
 
     /// What the ledger says about `id` now, without running anything.

@@ -236,8 +236,13 @@ impl Ledger {
             {
                 return Ok(Fenced::Refused(stale));
             }
-            if rec.status != ExecutionStatus::Executing {
-                // Committed (or failed) by the job's own update meanwhile.
+            // Running, or marked unknown meanwhile (a lapsed lease, a
+            // reconciler): the job id is the best clue to its outcome and is
+            // kept. Finished by the job's own update meanwhile (a webhook
+            // first): nothing to record, the caller answers what is stored.
+            if rec.status != ExecutionStatus::Executing
+                && rec.status != ExecutionStatus::OutcomeUnknown
+            {
                 return Err(Error::InvalidTransition {
                     execution_id: id.clone(),
                     from: rec.status,

@@ -21,6 +21,7 @@ use toolledger_test_support::downstream::process;
 
 mod batch_recover;
 mod dropped_round;
+mod job_and_retry_edges;
 mod job_order;
 mod job_result;
 mod retry_race;

@@ -92,18 +92,24 @@ def _release(native: Any, step: Any) -> None:
                        _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=_NOT_RESENT, retryable=True))
 
 
+_RESEND_NOT_RUN = ("not sent: the caller was interrupted before this resend; "
+                   "the earlier attempt's outcome is still unknown")
+
+
 def _report_interrupted(native: Any, attempt: Any) -> None:
     """Reports an interrupted ``Perform`` attempt as an unknown outcome. For
     a tool with an idempotency key that report answers the same-key resend
     at once: a new attempt, already executing, which this caller will never
-    run. It is reported as not sent (retryable), so the call is not left
-    ``InFlight`` in this process: the next ask resends under the same key."""
+    run. It is reported unknown too (the earlier attempt may have made the
+    effect: a "not sent" report of the resend would let the library take the
+    earlier one as absent), and so on while the library hands out resends,
+    so the call is not left ``InFlight`` in this process: its outcome is
+    unknown, and the next ask reconciles it or says so."""
     step = _report(native, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
     for _ in range(_MAX_STEPS):
         if type(step) is not _PERFORM or step.attempt.read_only:
             return
-        step = _report(native, step.attempt,
-                       _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=_NOT_RESENT, retryable=True))
+        step = _report(native, step.attempt, _ffi.PerformOutcome.UNKNOWN(reason=_RESEND_NOT_RUN))
 
 
 def _settler(native: Any) -> Any:

@@ -161,3 +161,13 @@ def test_agents_two_sub_agents_wrapped_as_agent_tools_each_send_their_own(runtim
     sent, result, stored = _two_sub_agents(runtime, lambda agents, t: agents.agent_tool(t))
     assert not isinstance(result, Exception), f"{type(result).__name__}: {result}"
     assert sorted(sent) == ["alice@example.com", "bob@example.com"], f"sent {sent}; stored {stored}"
+
+
+def test_agents_an_agent_tool_also_recorded_with_agents_tool_is_not_refused(runtime):
+    # agent_tool marks its copy with a plain attribute; AgentsLedger.tool
+    # copies with dataclasses.replace, which keeps the SDK's own
+    # _is_agent_tool/_agent_instance fields but drops that mark: a wrapped
+    # agent tool is then refused as unwrapped.
+    sent, result, stored = _two_sub_agents(
+        runtime, lambda agents, t: agents.tool(agents.agent_tool(t), downstream=Downstream.KEY))
+    assert not isinstance(result, ValueError), f"{type(result).__name__}: {result}"

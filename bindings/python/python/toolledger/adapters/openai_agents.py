@@ -172,7 +172,12 @@ class AgentsLedger:
                         "to store")
             return stored
 
-        return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+        wrapped = dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+        if getattr(tool, "_toolledger_nested_run", False):
+            # Wrapped with `agent_tool` first: its nested run keeps its own
+            # identity (the mark is not a dataclass field `replace` copies).
+            wrapped._toolledger_nested_run = True
+        return wrapped
 
     def agent_tool(self, tool: FunctionTool) -> FunctionTool:
         """A copy of an agent tool (``Agent.as_tool(...)``) whose nested run
