@@ -746,7 +746,7 @@ fn a_webhook_redelivered_after_the_execution_was_pruned() {
         result_json: r#"{"url":"u"}"#.into(),
     };
     ledger.ingest_webhook("svc", "ev1", &id, &up).unwrap();
-    ledger.mark_delivered(&[id.clone()]).unwrap();
+    ledger.mark_delivered(std::slice::from_ref(&id)).unwrap();
     clock.advance(10_000);
     let rep = ledger.prune(Duration::from_millis(1), true).unwrap();
     assert_eq!(rep.executions, 1);
@@ -775,7 +775,7 @@ fn prune_with_a_future_cutoff_racing_replays_in_another_session_never_runs_again
                 .unwrap(),
         );
         l1.commit(&t.attempt_id(), r#"{"ok":1}"#, None).unwrap();
-        l1.mark_delivered(&[t.execution_id.clone()]).unwrap();
+        l1.mark_delivered(std::slice::from_ref(&t.execution_id)).unwrap();
     }
     // one still executing, one committed undelivered: never pruned
     let live = ticket(l1.begin(&op("op"), 1, &spec("live", "pay", "{}")).unwrap());
@@ -850,7 +850,7 @@ fn prune_on_an_encrypted_ledger_answers_late_retries_from_the_tombstone() {
     let s = spec("c1", "pay", r#"{"amount":7}"#);
     let t = ticket(l.begin(&op("op"), 0, &s).unwrap());
     l.commit(&t.attempt_id(), r#"{"ok":1}"#, None).unwrap();
-    l.mark_delivered(&[t.execution_id.clone()]).unwrap();
+    l.mark_delivered(std::slice::from_ref(&t.execution_id)).unwrap();
     let r = l
         .begin(&op("op"), 0, &spec("r1", "pay", "{}").with_approval())
         .unwrap();
@@ -885,13 +885,13 @@ fn delivery_marks_for_unknown_twice_and_across_suspend() {
     let (l, clock) = open_at(&path);
     let nobody = ExecutionId::parse("op:round_0:nope:pay:v1").unwrap();
     assert!(matches!(
-        l.mark_delivered(&[nobody.clone()]),
+        l.mark_delivered(std::slice::from_ref(&nobody)),
         Err(Error::NotFound(_))
     ));
     let t = ticket(l.begin(&op("op"), 0, &spec("c1", "pay", "{}")).unwrap());
     // not committed yet
     assert!(matches!(
-        l.mark_delivered(&[t.execution_id.clone()]),
+        l.mark_delivered(std::slice::from_ref(&t.execution_id)),
         Err(Error::InvalidTransition { .. })
     ));
     l.commit(&t.attempt_id(), r#"{"ok":1}"#, None).unwrap();
@@ -905,11 +905,11 @@ fn delivery_marks_for_unknown_twice_and_across_suspend() {
         l.get(&t.execution_id).unwrap().unwrap().status,
         ExecutionStatus::Committed
     );
-    l.mark_delivered(&[t.execution_id.clone()]).unwrap();
-    l.mark_delivered(&[t.execution_id.clone()]).unwrap();
+    l.mark_delivered(std::slice::from_ref(&t.execution_id)).unwrap();
+    l.mark_delivered(std::slice::from_ref(&t.execution_id)).unwrap();
     l.suspend().unwrap();
     // while suspended
-    let m = l.mark_delivered(&[t2.execution_id.clone()]);
+    let m = l.mark_delivered(std::slice::from_ref(&t2.execution_id));
     eprintln!("mark while suspended: {m:?}");
     l.resume().unwrap();
     drop(l);
