@@ -29,6 +29,7 @@ an async caller holds its event loop for that long.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any, Awaitable, Callable
 
@@ -92,6 +93,10 @@ def _release(native: Any, step: Any) -> None:
                        _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=_NOT_RESENT, retryable=True))
 
 
+_MAX_INTERRUPT_REPORTS = 10_000
+
+_log = logging.getLogger("toolledger")
+
 _RESEND_NOT_RUN = ("not sent: the caller was interrupted before this resend; "
                    "the earlier attempt's outcome is still unknown")
 
@@ -106,10 +111,17 @@ def _report_interrupted(native: Any, attempt: Any) -> None:
     so the call is not left ``InFlight`` in this process: its outcome is
     unknown, and the next ask reconciles it or says so."""
     step = _report(native, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
-    for _ in range(_MAX_STEPS):
+    # Each report uses one attempt: the executor's `max_attempts` ends the
+    # chain (a bound far above any sane setting keeps a pathological one
+    # from holding the interrupted caller for ever).
+    for _ in range(_MAX_INTERRUPT_REPORTS):
         if type(step) is not _PERFORM or step.attempt.read_only:
             return
         step = _report(native, step.attempt, _ffi.PerformOutcome.UNKNOWN(reason=_RESEND_NOT_RUN))
+    if type(step) is _PERFORM:
+        _log.error("toolledger: an interrupted call's resends did not end within %d reports "
+                   "(max_attempts above that?); its last attempt is left running in this process",
+                   _MAX_INTERRUPT_REPORTS)
 
 
 def _settler(native: Any) -> Any:
