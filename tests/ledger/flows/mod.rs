@@ -775,7 +775,8 @@ fn prune_with_a_future_cutoff_racing_replays_in_another_session_never_runs_again
                 .unwrap(),
         );
         l1.commit(&t.attempt_id(), r#"{"ok":1}"#, None).unwrap();
-        l1.mark_delivered(std::slice::from_ref(&t.execution_id)).unwrap();
+        l1.mark_delivered(std::slice::from_ref(&t.execution_id))
+            .unwrap();
     }
     // one still executing, one committed undelivered: never pruned
     let live = ticket(l1.begin(&op("op"), 1, &spec("live", "pay", "{}")).unwrap());
@@ -850,7 +851,8 @@ fn prune_on_an_encrypted_ledger_answers_late_retries_from_the_tombstone() {
     let s = spec("c1", "pay", r#"{"amount":7}"#);
     let t = ticket(l.begin(&op("op"), 0, &s).unwrap());
     l.commit(&t.attempt_id(), r#"{"ok":1}"#, None).unwrap();
-    l.mark_delivered(std::slice::from_ref(&t.execution_id)).unwrap();
+    l.mark_delivered(std::slice::from_ref(&t.execution_id))
+        .unwrap();
     let r = l
         .begin(&op("op"), 0, &spec("r1", "pay", "{}").with_approval())
         .unwrap();
@@ -905,8 +907,10 @@ fn delivery_marks_for_unknown_twice_and_across_suspend() {
         l.get(&t.execution_id).unwrap().unwrap().status,
         ExecutionStatus::Committed
     );
-    l.mark_delivered(std::slice::from_ref(&t.execution_id)).unwrap();
-    l.mark_delivered(std::slice::from_ref(&t.execution_id)).unwrap();
+    l.mark_delivered(std::slice::from_ref(&t.execution_id))
+        .unwrap();
+    l.mark_delivered(std::slice::from_ref(&t.execution_id))
+        .unwrap();
     l.suspend().unwrap();
     // while suspended
     let m = l.mark_delivered(std::slice::from_ref(&t2.execution_id));
