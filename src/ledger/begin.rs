@@ -361,9 +361,9 @@ impl Ledger {
         // Attempts an earlier `begin` wrote but never handed out (its
         // intent's sync failed): settled in this transaction first.
         let unsent = self.unsent_attempts();
-        // The attempts this transaction hands out, for the case where its
-        // intent's sync fails (their ids are copied in the transaction: a
-        // small vector per `begin`).
+        // The attempts this transaction hands out, by the index of their
+        // call: for the policy at each commit, and for the case where its
+        // intent's sync fails (copied once, inside the transaction).
         let handed = std::cell::RefCell::new(Vec::new());
         let body = |dao: &Dao<'_>| {
             if let Some(unsent) = &unsent {
@@ -410,8 +410,8 @@ impl Ledger {
                 .collect::<Result<Vec<_>>>()?;
             handed
                 .borrow_mut()
-                .extend(answers.iter().filter_map(|a| match a {
-                    Begin::Execute(ticket) => Some(ticket.attempt_id()),
+                .extend(answers.iter().enumerate().filter_map(|(i, a)| match a {
+                    Begin::Execute(ticket) => Some((i, ticket.attempt_id(), ticket.attempt)),
                     _ => None,
                 }));
             Ok((answers, marked))
@@ -434,7 +434,7 @@ impl Ledger {
                 // one is `executing` no other attempt of its execution can
                 // be begun, so the next `begin` finds exactly it.)
                 if matches!(e, Error::Store(StorageError::NotDurable(_))) {
-                    self.note_unsent(handed.into_inner());
+                    self.note_unsent(handed.into_inner().into_iter().map(|(_, a, _)| a).collect());
                 }
                 return Err(e);
             }
@@ -446,13 +446,9 @@ impl Ledger {
         // key's first request could go out (a first attempt's request goes
         // out after this).
         if self.config.deferred_commits.enabled {
-            for (p, answer) in calls.iter().zip(&out.0) {
-                if let Begin::Execute(ticket) = answer {
-                    self.remember_begun(
-                        ticket.attempt_id(),
-                        ticket.attempt == 1,
-                        p.spec.downstream,
-                    );
+            for (i, attempt, number) in handed.into_inner() {
+                if let Some(p) = calls.get(i) {
+                    self.remember_begun(attempt, number == 1, p.spec.downstream);
                 }
             }
         }
@@ -475,18 +471,7 @@ impl Ledger {
             if !running_here {
                 continue;
             }
-            self.step(
-                dao,
-                &rec,
-                Transition::FailBeforeCommit,
-                Some((attempt, true)),
-                StatusFields {
-                    reason: Some(UNSENT_REASON),
-                    retryable: Some(true),
-                    ..StatusFields::default()
-                },
-                now,
-            )?;
+            self.fail_step(dao, &rec, attempt, UNSENT_REASON, true, now)?;
         }
         Ok(())
     }

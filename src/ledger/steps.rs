@@ -457,20 +457,35 @@ impl Ledger {
             {
                 return Ok(Fenced::Refused(stale));
             }
-            self.step(
-                dao,
-                &rec,
-                Transition::FailBeforeCommit,
-                Some((attempt, true)),
-                StatusFields {
-                    reason: Some(reason),
-                    retryable: Some(retryable),
-                    ..StatusFields::default()
-                },
-                now,
-            )?;
+            self.fail_step(dao, &rec, attempt, reason, retryable, now)?;
             Ok(Fenced::Done(()))
         })
+    }
+
+    /// Inside a write transaction: moves `attempt` (the current attempt of
+    /// `rec`, this session's) to failed before commit.
+    pub(super) fn fail_step(
+        &self,
+        dao: &Dao<'_>,
+        rec: &ExecutionRecord,
+        attempt: &AttemptId,
+        reason: &str,
+        retryable: bool,
+        now: i64,
+    ) -> Result<()> {
+        self.step(
+            dao,
+            rec,
+            Transition::FailBeforeCommit,
+            Some((attempt, true)),
+            StatusFields {
+                reason: Some(reason),
+                retryable: Some(retryable),
+                ..StatusFields::default()
+            },
+            now,
+        )?;
+        Ok(())
     }
 
     /// Records that the request may have reached the downstream (timeout,
