@@ -23,14 +23,7 @@ fn recover_never_tells_a_batch_whose_items_committed_as_failed() {
         let e = exec.clone();
         let t =
             tokio::spawn(async move { e.execute(&opid(), 0, tcall("b1", "invite", args)).await });
-        loop {
-            if let Some(r) = exec.ledger().list(&opid()).unwrap().pop() {
-                if r.status == ExecutionStatus::FailedBeforeCommit {
-                    break;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        wait_for_status(&exec, ExecutionStatus::FailedBeforeCommit).await;
         drop(t);
         let d = tool.effects.lock().unwrap().clone();
         d

@@ -85,14 +85,7 @@ async fn recover_continuing_a_batch_during_the_live_callers_backoff() {
         let exec = exec.clone();
         tokio::spawn(async move { exec.execute(&opid(), 0, tcall("b1", "invite", args)).await })
     };
-    loop {
-        if let Some(r) = exec.ledger().list(&opid()).unwrap().pop() {
-            if r.status == ExecutionStatus::FailedBeforeCommit {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    wait_for_status(&exec, ExecutionStatus::FailedBeforeCommit).await;
     let rec = exec.recover().await.unwrap();
     eprintln!(
         "recover during batch backoff: {:?} failed {:?}",
@@ -133,14 +126,7 @@ async fn a_retry_waking_onto_an_orphan_is_not_in_flight() {
         let c = c.clone();
         tokio::spawn(async move { exec.execute(&opid(), 0, c).await })
     };
-    loop {
-        if let Some(r) = exec.ledger().list(&opid()).unwrap().pop() {
-            if r.status == ExecutionStatus::FailedBeforeCommit {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    wait_for_status(&exec, ExecutionStatus::FailedBeforeCommit).await;
     let b = {
         let exec = exec.clone();
         let c = c.clone();
@@ -249,16 +235,7 @@ async fn a_dropped_rounds_guard_never_hands_a_live_attempt_over() {
         let calls = calls.clone();
         tokio::spawn(async move { exec.execute_round(&opid(), 0, calls).await })
     };
-    loop {
-        let recs = exec.ledger().list(&opid()).unwrap();
-        if recs
-            .iter()
-            .any(|r| r.status == ExecutionStatus::FailedBeforeCommit)
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    wait_for_status(&exec, ExecutionStatus::FailedBeforeCommit).await;
     let x = {
         let exec = exec.clone();
         let c = calls[0].clone();

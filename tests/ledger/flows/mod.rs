@@ -149,6 +149,28 @@ fn exec_on(path: &std::path::Path, cfg: ExecutorConfig) -> Executor {
     )
 }
 
+/// Waits (at most 10 s) until an execution of the test operation, as the
+/// ledger of `exec` lists them, is in `status`; its id.
+async fn wait_for_status(exec: &Executor, status: ExecutionStatus) -> ExecutionId {
+    let started = std::time::Instant::now();
+    loop {
+        let found = exec
+            .ledger()
+            .list(&opid())
+            .unwrap()
+            .into_iter()
+            .find(|r| r.status == status);
+        if let Some(r) = found {
+            return r.execution_id;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no execution reached {status:?} within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 fn opid() -> OperationId {
     OperationId::new("op").unwrap()
 }
@@ -225,14 +247,7 @@ async fn recover_during_a_retry_backoff_in_this_process() {
         let exec = exec.clone();
         tokio::spawn(async move { exec.execute(&opid(), 0, tcall("c1", "pay", "{}")).await })
     };
-    loop {
-        if let Some(r) = exec.ledger().list(&opid()).unwrap().pop() {
-            if r.status == ExecutionStatus::FailedBeforeCommit {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    wait_for_status(&exec, ExecutionStatus::FailedBeforeCommit).await;
     let rec = exec.recover().await.unwrap();
     eprintln!("recover during backoff: {:?}", rec.outcomes);
     let a = a.await.unwrap().unwrap();

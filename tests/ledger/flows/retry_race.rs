@@ -18,14 +18,7 @@ async fn a_retry_in_backoff_overtaken_by_a_repeat_of_the_call_reports_the_commit
         tokio::spawn(async move { exec.execute(&opid(), 0, c).await })
     };
     // Attempt 1 failed (retryable); A sleeps in its backoff.
-    let id = loop {
-        if let Some(r) = exec.ledger().list(&opid()).unwrap().pop() {
-            if r.status == ExecutionStatus::FailedBeforeCommit {
-                break r.execution_id;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    };
+    let id = wait_for_status(&exec, ExecutionStatus::FailedBeforeCommit).await;
     // The model (or the app's own retry) asks for the same call again.
     let b = exec.execute(&opid(), 0, c.clone()).await.unwrap();
     assert!(
@@ -67,14 +60,7 @@ async fn a_retry_in_backoff_overtaken_by_another_session_reports_the_commit_not_
         let c = c.clone();
         tokio::spawn(async move { exec.execute(&opid(), 0, c).await })
     };
-    loop {
-        if let Some(r) = exec_b.ledger().list(&opid()).unwrap().pop() {
-            if r.status == ExecutionStatus::FailedBeforeCommit {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    wait_for_status(&exec_b, ExecutionStatus::FailedBeforeCommit).await;
     let b = exec_b.execute(&opid(), 0, c.clone()).await.unwrap();
     assert!(matches!(b, CallOutcome::Completed { .. }), "{b:?}");
     let a = a.await.unwrap();
@@ -98,14 +84,7 @@ async fn a_retry_in_backoff_that_wakes_while_the_repeat_still_runs_is_in_flight_
         let c = c.clone();
         tokio::spawn(async move { exec.execute(&opid(), 0, c).await })
     };
-    loop {
-        if let Some(r) = exec.ledger().list(&opid()).unwrap().pop() {
-            if r.status == ExecutionStatus::FailedBeforeCommit {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    wait_for_status(&exec, ExecutionStatus::FailedBeforeCommit).await;
     // The repeat starts attempt 2, which is still running when A wakes.
     let b = {
         let exec = exec.clone();
