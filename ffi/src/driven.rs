@@ -182,6 +182,32 @@ impl ToolExecutor {
             .into())
     }
 
+    /// Reports that the caller never sent side-effecting `Perform` attempt
+    /// `attempt` of `execution_id` (it was interrupted — cancelled, a
+    /// `KeyboardInterrupt` — after it got the attempt and before the request
+    /// left). Nothing more is handed out: a same-key resend after an unknown
+    /// outcome leaves the call unknown (the next ask reconciles it: a resend
+    /// under the same key, a lookup, or the unknown outcome for the app),
+    /// any other attempt is recorded failed before commit, retryable (the
+    /// next ask runs it). Report an attempt that may have been sent with
+    /// `report_attempt` and `Unknown` instead. An attempt this executor has
+    /// not outstanding changes nothing and gets the current truth. Keep
+    /// argument values out of `reason`: it is stored.
+    ///
+    /// # Errors
+    /// `NotFound`, `UnknownTool`, `Storage`.
+    pub fn abandon_attempt(
+        &self,
+        execution_id: ExecutionId,
+        attempt: u32,
+        reason: String,
+    ) -> Result<CallerStep> {
+        Ok(self
+            .inner
+            .abandon_attempt(&execution_id, attempt, &reason)?
+            .into())
+    }
+
     /// Reports what the lookup found for a `Lookup` and answers what to do
     /// next (commit a found effect, resend under the same key, or the
     /// unknown outcome).

@@ -289,6 +289,79 @@ impl Executor {
         self.hand_over(&desc, step)
     }
 
+    /// Reports that the caller never sent side-effecting attempt `attempt`
+    /// of `id`, which this executor handed out (`Perform`) and which has
+    /// not been reported: the caller was interrupted after it got the
+    /// attempt and before the request left. Nothing more is handed out and
+    /// the call is left for the next ask, as what was true before the
+    /// attempt:
+    ///
+    /// - a resend under the same key after an earlier attempt's outcome
+    ///   became unknown: still unknown (`Done(Unknown)`); the next ask
+    ///   reconciles it (a resend under the same key, a lookup, or the
+    ///   unknown outcome for the app). Reporting such a resend as
+    ///   `FailedBeforeCommit` would be wrong: a refusal of the resend is
+    ///   evidence about the earlier request, an attempt never sent is not.
+    /// - any other attempt (the first, or one after a proven failure):
+    ///   failed before commit, retryable (`Done(Failed)`); the next ask
+    ///   runs it.
+    ///
+    /// The abandoned attempt counts towards `max_attempts` (its number was
+    /// handed out). An attempt this executor has not outstanding (reported
+    /// already, or handed out elsewhere) changes nothing: the answer is the
+    /// execution's current truth. `reason` is stored: no argument values.
+    ///
+    /// # Errors
+    /// [`Error::CallerDriven`] for a read-only tool's call; ledger errors
+    /// (`NotFound`, storage: the attempt is then this executor's orphan,
+    /// reconciled at the next ask).
+    pub fn abandon_attempt(
+        &self,
+        id: &ExecutionId,
+        attempt: u32,
+        reason: &str,
+    ) -> Result<CallerStep> {
+        let Some(tool_name) = self.driven_tool(id, attempt) else {
+            return Ok(CallerStep::Done(self.current_outcome(id)?));
+        };
+        let desc = self.side_effect_descriptor(&tool_name)?;
+        let Some(driven) = self.take_driven(id, attempt) else {
+            // Reported meanwhile by another thread.
+            return Ok(CallerStep::Done(self.current_outcome(id)?));
+        };
+        let ticket = driven.ticket;
+        let attempt_id = ticket.attempt_id();
+        let ledger = self.ledger();
+        let recorded = if ticket.resend {
+            let reason =
+                format!("resend not sent ({reason}); the earlier attempt's outcome is unknown");
+            ledger.mark_outcome_unknown(&attempt_id, &reason).map(|_| {
+                self.metrics_sink().outcome_unknown(&desc.name);
+                Step::Done(CallOutcome::Unknown {
+                    execution_id: id.clone(),
+                    attempt,
+                    reason,
+                    retry_after: None,
+                })
+            })
+        } else {
+            let reason = format!("not sent ({reason})");
+            ledger
+                .fail_before_commit(&attempt_id, &reason, true)
+                .map(|()| {
+                    Step::Done(CallOutcome::Failed {
+                        execution_id: id.clone(),
+                        reason,
+                        retryable: true,
+                    })
+                })
+        };
+        let step = self
+            .or_current(id, recorded)
+            .inspect_err(|_| self.orphan(id, attempt))?;
+        self.hand_over(&desc, step)
+    }
+
     /// Records a reported outcome (the ledger's fence decides whether it
     /// applies) and decides the next step.
     fn record_report(

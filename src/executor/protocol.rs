@@ -451,6 +451,7 @@ impl Executor {
                 .map(|r| match self.after_resolution(&attempt, r) {
                     Step::Perform(mut t) => {
                         t.earlier_unknown = earlier.clone();
+                        t.resend = true;
                         Step::Perform(t)
                     }
                     other => other,

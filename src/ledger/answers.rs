@@ -102,6 +102,10 @@ pub struct Ticket {
     /// of this attempt proves nothing about the earlier request (it may
     /// still land), so the outcome stays unknown. Set by the executor.
     pub earlier_unknown: Option<Monotonic>,
+    /// This attempt is a resend under the same key after an earlier
+    /// attempt's outcome became unknown (set by the executor): if it is
+    /// never sent, the earlier attempt's outcome is still unknown.
+    pub resend: bool,
 }
 
 impl std::fmt::Debug for Ticket {
@@ -131,6 +135,7 @@ impl Ticket {
             external_id: rec.external_id.clone(),
             unknown_since: rec.unknown_since.clone(),
             earlier_unknown: None,
+            resend: false,
         }
     }
 }

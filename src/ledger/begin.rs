@@ -623,6 +623,7 @@ impl Ledger {
                 external_id: None,
                 unknown_since: None,
                 earlier_unknown: None,
+                resend: false,
             })
         } else {
             Begin::NeedsApproval(ApprovalRequest {

@@ -8,6 +8,7 @@
 //! Helpers shared with the torture harness live in `tests/support`
 //! (package `toolledger-test-support`).
 
+mod abandoned_attempts;
 mod approval;
 mod attention;
 mod bad_input;

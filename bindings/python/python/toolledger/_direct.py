@@ -346,6 +346,10 @@ class Steps:
         _Perform.write(outcome, b)
         return _call(self.native, _STEP_REPORT_ATTEMPT, b.buf)
 
+    def abandon_attempt(self, execution_id: str, attempt: int, reason: str) -> Any:
+        # Rare (an interrupted caller): the generated call.
+        return self.native.abandon_attempt(execution_id, attempt, reason)
+
     def report(self, attempt: Any, outcome: Any) -> Any:
         _Attempt.check_lower(attempt)
         _Perform.check_lower(outcome)

@@ -63,65 +63,53 @@ def _report(native: Any, attempt: Any, outcome: Any) -> Any:
     return native.report_attempt(request.execution_id, request.attempt, outcome)
 
 
-_NOT_RESENT = "the caller was interrupted before the resend; nothing was sent"
-
-
 # The framework's own control flow raised through a tool (LangGraph's
 # ``GraphInterrupt``: the tool paused for a human before it did anything;
 # on resume the framework runs the tool again from its start). Registered
-# by the adapters: reported as not committed (retryable), then re-raised.
+# by the adapters: reported as not sent, then re-raised.
 CONTROL_FLOW: tuple = ()
 
 _PAUSED = "the framework paused the tool (control flow, not an error); it runs again on resume"
+
+_INTERRUPTED_RESEND = "the caller was interrupted before this resend"
 
 
 def _report_raised(native: Any, attempt: Any, e: BaseException) -> None:
     """Reports a ``Perform`` attempt out of which ``e`` escapes."""
     if CONTROL_FLOW and isinstance(e, CONTROL_FLOW):
-        _release(native, _report(native, attempt, _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(
-            reason=_PAUSED, retryable=True)))
+        _abandon(native, attempt, _PAUSED)
     else:
         _report_interrupted(native, attempt)
 
 
-def _release(native: Any, step: Any) -> None:
-    """A new attempt a report handed out at once is reported not sent."""
-    for _ in range(_MAX_STEPS):
-        if type(step) is not _PERFORM or step.attempt.read_only:
-            return
-        step = _report(native, step.attempt,
-                       _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=_NOT_RESENT, retryable=True))
+def _abandon(native: Any, attempt: Any, reason: str) -> Any:
+    """Reports a side-effecting ``Perform`` attempt that was never sent
+    (``abandon_attempt``): nothing more is handed out; the next ask runs it
+    (a first attempt) or reconciles it (a same-key resend after an unknown
+    outcome: still unknown)."""
+    if attempt.read_only:
+        return native.report(attempt, _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=reason, retryable=True))
+    request = attempt.request
+    return native.abandon_attempt(request.execution_id, request.attempt, reason)
 
-
-_MAX_INTERRUPT_REPORTS = 10_000
 
 _log = logging.getLogger("toolledger")
 
-_RESEND_NOT_RUN = ("not sent: the caller was interrupted before this resend; "
-                   "the earlier attempt's outcome is still unknown")
-
 
 def _report_interrupted(native: Any, attempt: Any) -> None:
-    """Reports an interrupted ``Perform`` attempt as an unknown outcome. For
-    a tool with an idempotency key that report answers the same-key resend
-    at once: a new attempt, already executing, which this caller will never
-    run. It is reported unknown too (the earlier attempt may have made the
-    effect: a "not sent" report of the resend would let the library take the
-    earlier one as absent), and so on while the library hands out resends,
-    so the call is not left ``InFlight`` in this process: its outcome is
-    unknown, and the next ask reconciles it or says so."""
+    """Reports an interrupted ``Perform`` attempt as an unknown outcome (the
+    request may have left). For a tool with an idempotency key that report
+    answers the same-key resend at once: a new attempt, already executing,
+    which this caller will never run. It is abandoned (reported never sent):
+    the call stays unknown, not ``InFlight`` in this process, and the next
+    ask reconciles it (for a key tool: the same key sent again, which the
+    downstream dedupes). A "not sent" report (``FAILED_BEFORE_COMMIT``) of
+    the resend would be evidence that the earlier request did not land, and
+    an ``UNKNOWN`` one would hand out the next resend at once, using the
+    call's attempts up."""
     step = _report(native, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
-    # Each report uses one attempt: the executor's `max_attempts` ends the
-    # chain (a bound far above any sane setting keeps a pathological one
-    # from holding the interrupted caller for ever).
-    for _ in range(_MAX_INTERRUPT_REPORTS):
-        if type(step) is not _PERFORM or step.attempt.read_only:
-            return
-        step = _report(native, step.attempt, _ffi.PerformOutcome.UNKNOWN(reason=_RESEND_NOT_RUN))
-    if type(step) is _PERFORM:
-        _log.error("toolledger: an interrupted call's resends did not end within %d reports "
-                   "(max_attempts above that?); its last attempt is left running in this process",
-                   _MAX_INTERRUPT_REPORTS)
+    if type(step) is _PERFORM and not step.attempt.read_only:
+        _abandon(native, step.attempt, _INTERRUPTED_RESEND)
 
 
 def _settler(native: Any) -> Any:

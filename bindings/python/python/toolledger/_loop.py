@@ -34,19 +34,40 @@ from ._native import toolledger as _ffi
 
 _lock = threading.Lock()
 _bridge: Optional[asyncio.AbstractEventLoop] = None
+_bridge_thread: Optional[threading.Thread] = None
+
+# What the tools' own code may raise that is not an `Exception`: in a
+# library thread neither is a signal (those reach the main thread only),
+# just something the tool raised. The handlers on the library's threads
+# record it as the tool's error (an unknown outcome) instead of letting it
+# stop the bridge loop, which would leave every later call of every tool in
+# the process waiting out the perform timeout.
+TOOL_RAISED = (Exception, KeyboardInterrupt, SystemExit)
+
+
+def _run_bridge(loop: asyncio.AbstractEventLoop) -> None:
+    # `run_forever` re-raises a KeyboardInterrupt or SystemExit that escaped
+    # a callback; the loop goes on serving the others.
+    while not loop.is_closed():
+        try:
+            loop.run_forever()
+            return  # stopped on purpose
+        except (KeyboardInterrupt, SystemExit):
+            continue
 
 
 def bridge_loop() -> asyncio.AbstractEventLoop:
     """The package's own event loop, running on a daemon thread."""
-    global _bridge
+    global _bridge, _bridge_thread
     with _lock:
-        if _bridge is None or _bridge.is_closed():
+        if (_bridge is None or _bridge.is_closed()
+                or _bridge_thread is None or not _bridge_thread.is_alive()):
             loop = asyncio.new_event_loop()
             thread = threading.Thread(
-                target=loop.run_forever, name="toolledger-asyncio-bridge", daemon=True
+                target=_run_bridge, args=(loop,), name="toolledger-asyncio-bridge", daemon=True
             )
             thread.start()
-            _bridge = loop
+            _bridge, _bridge_thread = loop, thread
         return _bridge
 
 

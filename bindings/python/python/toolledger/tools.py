@@ -328,7 +328,7 @@ class Adapter(_ffi.ToolHandler):
             # The tool never ran: provably not committed.
             log.error("%s", e)
             return _ffi.PerformOutcome.FAILED_BEFORE_COMMIT(reason=str(e), retryable=True)
-        except Exception as e:  # noqa: BLE001 — classified: refused, or "may have happened"
+        except _loop.TOOL_RAISED as e:  # classified: refused, or "may have happened"
             return outcome_of_error(name, e)
         return outcome_of_value(name, value)
 
@@ -337,7 +337,7 @@ class Adapter(_ffi.ToolHandler):
             return _ffi.LookupOutcome.UNSUPPORTED()
         try:
             value = await self._run("lookup", ToolRequest._from_ffi(request))
-        except Exception as e:  # noqa: BLE001 — a failed lookup leaves the outcome unknown
+        except _loop.TOOL_RAISED as e:  # a failed lookup leaves the outcome unknown
             name = self.tool._tool_name()
             log.warning("lookup of tool %s raised %s", name, type(e).__name__)
             raise _ffi.ToolCallError.Tool(f"{type(e).__name__} raised by the lookup") from None

@@ -3,16 +3,21 @@ slow server that applied the request) for a tool whose server dedupes by
 the idempotency key. The call must not stay InFlight for as long as this
 process lives (it did: the same-key resend the unknown report handed out was
 never run nor reported), and the ledger must not say anything it does not
-know: the effect may have happened, so its outcome is unknown, and the
-repeat says so (``OutcomeUnknown``) without sending again. It is not told
-"not sent": with a short landing window that would let the library take
-the earlier attempt as absent (``test_interrupted_resends.py``).
+know: the effect may have happened, so its outcome is unknown until the
+call is asked again. The unsent resend is abandoned (``abandon_attempt``),
+not reported "not sent" (with a short landing window that would let the
+library take the earlier attempt as absent: ``test_interrupted_resends.py``)
+nor unknown (which handed out the next resend at once until the attempts
+ran out, so the repeat could only say ``OutcomeUnknown``). The repeat sends
+the same key again; the server dedupes it and the first email's result
+comes back.
 """
 
 import asyncio
 import pytest
 
 import toolledger as tl
+from toolledger.adapters.mcp import LedgerToolResult
 from toolledger.adapters import Downstream, LedgerRuntime
 from toolledger.adapters._core import CallNotExecuted, OutcomeUnknown
 
@@ -52,7 +57,18 @@ def test_mcp_call_cancelled_mid_request_is_not_left_in_flight(runtime):
     ledger_mcp.tool("send_email", downstream=Downstream.KEY)
     ids = dict(operation_id="conv:1", round=0, call_id="call_1")
 
-    async def main():
+    async def repeat():
+        async with InMemoryTransport(server) as (read, write):
+            async with ledger_mcp.session(read, write) as session:
+                await session.initialize()
+                try:
+                    return await ledger_mcp.call_tool(session, "send_email", {"to": "a@example.com"}, **ids)
+                except (CallNotExecuted, OutcomeUnknown) as e:
+                    return e
+
+    cancelled = []
+
+    async def cancelled_only():
         async with InMemoryTransport(server) as (read, write):
             async with ledger_mcp.session(read, write) as session:
                 await session.initialize()
@@ -61,17 +77,18 @@ def test_mcp_call_cancelled_mid_request_is_not_left_in_flight(runtime):
                         ledger_mcp.call_tool(session, "send_email", {"to": "a@example.com"}, **ids), 0.3)
                 except asyncio.TimeoutError:
                     pass
-                slow[0] = False
-                try:
-                    return await ledger_mcp.call_tool(session, "send_email", {"to": "a@example.com"}, **ids)
-                except (CallNotExecuted, OutcomeUnknown) as e:
-                    return e
+                (stored,) = runtime.ledger.list("conv:1")
+                cancelled.append((stored.status, stored.attempt_count))
 
-    again = asyncio.run(asyncio.wait_for(main(), 30))
+    asyncio.run(asyncio.wait_for(cancelled_only(), 30))
+    assert cancelled == [(tl.ExecutionStatus.OUTCOME_UNKNOWN, 2)], (
+        f"after the cancellation: {cancelled!r} (unknown, one attempt sent and one abandoned)")
+    slow[0] = False
+    again = asyncio.run(asyncio.wait_for(repeat(), 30))
     (stored,) = runtime.ledger.list("conv:1")
-    assert stored.status is tl.ExecutionStatus.OUTCOME_UNKNOWN, (
-        f"the cancelled call is left {stored.status} (attempt {stored.attempt_count}); "
-        f"the repeat got {again!r}")
-    assert isinstance(again, OutcomeUnknown), f"the repeat: {again!r}"
+    assert isinstance(again, LedgerToolResult), f"the repeat: {again!r}"
+    assert stored.status in (tl.ExecutionStatus.COMMITTED, tl.ExecutionStatus.RESULT_DELIVERED), (
+        f"the repeated call is left {stored.status} (attempt {stored.attempt_count})")
     assert again.execution_id == stored.execution_id
-    assert len(effects) == 1, "nothing was sent again"
+    assert again.result.content[0].text == "sent 1", "the first email's result, from the deduped resend"
+    assert len(effects) == 1, "one email: the resend carried the same key"

@@ -46,6 +46,7 @@ import toolledger as tl
 from toolledger import _driven
 from toolledger import ffi as _ffi
 from toolledger import outcomes as _outcomes
+from toolledger._loop import TOOL_RAISED as _TOOL_RAISED
 from toolledger._loop import bridge_loop as _bridge_loop
 from toolledger.errors import translate as _translate
 
@@ -273,7 +274,7 @@ class _Handler(_ffi.ToolHandler):
         request = _request(native)
         try:
             value = await self.runtime._run_detached(lambda: self.spec.run(request.arguments), request)
-        except Exception as e:  # noqa: BLE001 - it may have happened: unknown, never failed
+        except _TOOL_RAISED as e:  # it may have happened: unknown, never failed
             return _raised(self.spec.name, e)
         return _performed(self.spec.name, value)
 
@@ -284,7 +285,7 @@ class _Handler(_ffi.ToolHandler):
         request = _request(native)
         try:
             found = await self.runtime._run_detached(lambda: lookup(request.arguments, request), request)
-        except Exception as e:  # noqa: BLE001 - a failed lookup leaves the outcome unknown
+        except _TOOL_RAISED as e:  # a failed lookup leaves the outcome unknown
             log.warning("lookup of tool %s raised %s", self.spec.name, type(e).__name__)
             raise _ffi.ToolCallError.Tool(f"{type(e).__name__} raised by the lookup") from None
         return _found(found)
