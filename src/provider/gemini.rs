@@ -11,7 +11,8 @@
 //! model turn holds a `functionCall`, the `functionResponse` the API got by
 //! running it, and the final text. A call answered in the same turn is not
 //! the client's to run and is skipped: a `functionResponse` with an `id`
-//! answers the call with that id; one without answers the earliest call
+//! answers the call with that id (one naming the id of another tool's call
+//! refuses the turn); one without answers the earliest call
 //! before it of the same name that is still unanswered. A call left
 //! unanswered of a tool the API answered in the same turn is refused
 //! (`UnansweredServerCall`): it is as likely the API's call whose answer is
@@ -148,7 +149,22 @@ pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
             let id = given_id(response, &path)?;
             let name = non_empty_str(GEMINI, response, &path, "name")?;
             let answered = match id {
-                Some(id) => first_of_id.get(id).copied(),
+                Some(id) => {
+                    let at = first_of_id.get(id).copied();
+                    // An answer naming a call by id but another tool: the
+                    // call may be the API's (misnamed answer) or the
+                    // client's (the answer is another call's): neither
+                    // running nor dropping it is safe.
+                    if let Some(call) = at.and_then(|at| calls.get(at)) {
+                        if call.name != name {
+                            return Err(ProviderError::UnansweredServerCall {
+                                provider: GEMINI,
+                                field: call.raw.path.clone(),
+                            });
+                        }
+                    }
+                    at
+                }
                 None => waiting_of_name.get_mut(name).and_then(|waiting| {
                     while let Some(at) = waiting.pop_front() {
                         if calls.get(at).is_some_and(|call| !call.answered) {
@@ -650,5 +666,23 @@ mod tests {
             parse(taken, 0),
             Err(ProviderError::UnansweredServerCall { .. })
         ));
+    }
+
+    #[test]
+    fn an_answer_by_id_of_another_tool_refuses_the_turn() {
+        // `pay` (id x) was taken as answered by a `search` response naming
+        // id x, and silently dropped: Ok([]). Whether the API ran `pay` or
+        // the answer is another call's cannot be told.
+        let doc = r#"{"candidates":[{"content":{"parts":[
+            {"functionCall":{"name":"pay","id":"x","args":{"amount":5}}},
+            {"functionResponse":{"name":"search","id":"x","response":{}}}
+        ]},"finishReason":"STOP"}]}"#;
+        assert_eq!(
+            parse(doc, 0),
+            Err(ProviderError::UnansweredServerCall {
+                provider: GEMINI,
+                field: "candidates[0].content.parts[0].functionCall".into()
+            })
+        );
     }
 }
