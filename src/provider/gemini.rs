@@ -11,7 +11,8 @@
 //! model turn holds a `functionCall`, the `functionResponse` the API got by
 //! running it, and the final text. A call answered in the same turn is not
 //! the client's to run and is skipped: a `functionResponse` with an `id`
-//! answers the call with that id; one without answers the earliest call
+//! answers the call with that id (one naming the id of another tool's call
+//! refuses the turn); one without answers the earliest call
 //! before it of the same name that is still unanswered. A call left
 //! unanswered of a tool the API answered in the same turn is refused
 //! (`UnansweredServerCall`): it is as likely the API's call whose answer is
@@ -39,7 +40,7 @@
 //! turn is a content of role `user` ([`super::render_gemini_user_turn`]), the
 //! role the current documentation uses for function responses.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::error::ProviderError;
 use super::fields::{
@@ -90,7 +91,6 @@ fn candidate(root: &Json) -> Result<Candidate<'_>, ProviderError> {
 /// A `functionCall` part of the turn, and whether the API answered it.
 struct TurnCall<'a> {
     raw: RawCall<'a>,
-    id: Option<&'a str>,
     name: &'a str,
     answered: bool,
 }
@@ -114,6 +114,13 @@ pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
     } = candidate(root)?;
     let mut calls: Vec<TurnCall<'_>> = Vec::new();
     let mut server_tools: HashSet<&str> = HashSet::new();
+    // Which call an answer names, looked up instead of scanned for (a scan
+    // per answer made a hostile turn of many calls and many answers
+    // quadratic: minutes for 4 MiB): the first call of each id, and per name
+    // the calls not answered yet, in order (an entry answered by id since is
+    // skipped when it comes up: each is passed over at most once).
+    let mut first_of_id: HashMap<&str, usize> = HashMap::new();
+    let mut waiting_of_name: HashMap<&str, VecDeque<usize>> = HashMap::new();
     for (index, part) in parts.iter().enumerate() {
         let part_path = index_path(&parts_path, index);
         let part = as_object(GEMINI, part, &part_path)?;
@@ -123,9 +130,15 @@ pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
             check_complete(item, &path)?;
             let id = given_id(item, &path)?;
             let name = non_empty_str(GEMINI, item, &path, "name")?;
+            if let Some(id) = id {
+                first_of_id.entry(id).or_insert(calls.len());
+            }
+            waiting_of_name
+                .entry(name)
+                .or_default()
+                .push_back(calls.len());
             calls.push(TurnCall {
                 raw: RawCall { path, item },
-                id,
                 name,
                 answered: false,
             });
@@ -136,12 +149,32 @@ pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
             let id = given_id(response, &path)?;
             let name = non_empty_str(GEMINI, response, &path, "name")?;
             let answered = match id {
-                Some(id) => calls.iter_mut().find(|call| call.id == Some(id)),
-                None => calls
-                    .iter_mut()
-                    .find(|call| !call.answered && call.name == name),
+                Some(id) => {
+                    let at = first_of_id.get(id).copied();
+                    // An answer naming a call by id but another tool: the
+                    // call may be the API's (misnamed answer) or the
+                    // client's (the answer is another call's): neither
+                    // running nor dropping it is safe.
+                    if let Some(call) = at.and_then(|at| calls.get(at)) {
+                        if call.name != name {
+                            return Err(ProviderError::UnansweredServerCall {
+                                provider: GEMINI,
+                                field: call.raw.path.clone(),
+                            });
+                        }
+                    }
+                    at
+                }
+                None => waiting_of_name.get_mut(name).and_then(|waiting| {
+                    while let Some(at) = waiting.pop_front() {
+                        if calls.get(at).is_some_and(|call| !call.answered) {
+                            return Some(at);
+                        }
+                    }
+                    None
+                }),
             };
-            if let Some(call) = answered {
+            if let Some(call) = answered.and_then(|at| calls.get_mut(at)) {
                 call.answered = true;
             }
             server_tools.insert(name);
@@ -554,6 +587,102 @@ mod tests {
         assert_eq!(
             render_tool_result(&given, &stored).unwrap(),
             r#"{"functionResponse":{"id":"fc-1","name":"quote","response":{"d":-0,"lot":18446744073709551617,"price":224.18827276432074}}}"#
+        );
+    }
+
+    #[test]
+    fn many_answers_that_match_no_call_take_linear_time() {
+        // A turn of 30 000 calls followed by 30 000 answers that match none
+        // of them, by name or by id (3.6 MB, under the 4 MiB default limit).
+        // Each answer used to scan every call before it: 30 000² steps,
+        // about 40 s in a debug build (60 000 of each took 155 s), before
+        // the count of calls was even checked. Now it is looked up.
+        let n = 30_000;
+        let mut parts = Vec::with_capacity(2 * n);
+        for _ in 0..n {
+            parts.push(r#"{"functionCall":{"name":"a"}}"#);
+        }
+        for i in 0..n {
+            parts.push(if i % 2 == 0 {
+                r#"{"functionResponse":{"name":"b"}}"#
+            } else {
+                r#"{"functionResponse":{"id":"z","name":"c"}}"#
+            });
+        }
+        let doc = format!(
+            r#"{{"candidates":[{{"content":{{"parts":[{}]}},"finishReason":"STOP"}}]}}"#,
+            parts.join(",")
+        );
+        let started = std::time::Instant::now();
+        let outcome = parse(&doc, 0);
+        let took = started.elapsed();
+        assert_eq!(
+            outcome,
+            Err(ProviderError::TooManyCalls {
+                provider: GEMINI,
+                count: n,
+                max: 128
+            })
+        );
+        assert!(took < std::time::Duration::from_secs(8), "took {took:?}");
+    }
+
+    #[test]
+    fn answers_are_matched_as_before() {
+        // By id: the first call with that id, answered or not; without an id:
+        // the earliest unanswered call of that name before the answer.
+        let doc = r#"{"candidates":[{"content":{"parts":[
+            {"functionCall":{"name":"s","id":"x"}},
+            {"functionCall":{"name":"s"}},
+            {"functionResponse":{"name":"s","response":{}}},
+            {"functionResponse":{"name":"s","response":{}}},
+            {"functionCall":{"name":"t","id":"y"}},
+            {"functionResponse":{"id":"y","name":"t","response":{}}},
+            {"functionCall":{"name":"u"}}
+        ]},"finishReason":"STOP"}]}"#;
+        assert_eq!(
+            parse(doc, 0).unwrap(),
+            vec![call("gemini_r0_p0", true, "u", "{}", 0)]
+        );
+        // An answer before its call answers nothing: the call is refused.
+        let early = r#"{"candidates":[{"content":{"parts":[
+            {"functionResponse":{"name":"s","response":{}}},
+            {"functionCall":{"name":"s"}}
+        ]},"finishReason":"STOP"}]}"#;
+        assert!(matches!(
+            parse(early, 0),
+            Err(ProviderError::UnansweredServerCall { .. })
+        ));
+        // An answer by id marks the first call with that id even when an
+        // answer without id took it already; the second call of the name
+        // stays unanswered and is refused.
+        let taken = r#"{"candidates":[{"content":{"parts":[
+            {"functionCall":{"name":"s","id":"x"}},
+            {"functionCall":{"name":"s"}},
+            {"functionResponse":{"name":"s","response":{}}},
+            {"functionResponse":{"id":"x","name":"s","response":{}}}
+        ]},"finishReason":"STOP"}]}"#;
+        assert!(matches!(
+            parse(taken, 0),
+            Err(ProviderError::UnansweredServerCall { .. })
+        ));
+    }
+
+    #[test]
+    fn an_answer_by_id_of_another_tool_refuses_the_turn() {
+        // `pay` (id x) was taken as answered by a `search` response naming
+        // id x, and silently dropped: Ok([]). Whether the API ran `pay` or
+        // the answer is another call's cannot be told.
+        let doc = r#"{"candidates":[{"content":{"parts":[
+            {"functionCall":{"name":"pay","id":"x","args":{"amount":5}}},
+            {"functionResponse":{"name":"search","id":"x","response":{}}}
+        ]},"finishReason":"STOP"}]}"#;
+        assert_eq!(
+            parse(doc, 0),
+            Err(ProviderError::UnansweredServerCall {
+                provider: GEMINI,
+                field: "candidates[0].content.parts[0].functionCall".into()
+            })
         );
     }
 }

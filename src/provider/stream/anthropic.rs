@@ -106,6 +106,19 @@ impl AnthropicStream {
                     let delta_path = key_path(&prefix, "delta");
                     if let Some(reason) = optional_str(provider, delta, &delta_path, "stop_reason")?
                     {
+                        // A later reason must not hide the first: a
+                        // `max_tokens` stop is what refuses a call cut off
+                        // at the token limit.
+                        if self
+                            .stop_reason
+                            .as_deref()
+                            .is_some_and(|seen| seen != reason)
+                        {
+                            return Err(at.mismatch(
+                                &key_path(&delta_path, "stop_reason"),
+                                "a second stop_reason",
+                            ));
+                        }
                         self.stop_reason = Some(reason.to_owned());
                     }
                 }
@@ -232,5 +245,48 @@ impl AnthropicStream {
             message.push(("stop_reason", Json::String(reason)));
         }
         Ok(Json::object(message))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::Provider;
+    use crate::provider::{ParseLimits, ProviderError, StreamAssembler};
+
+    #[test]
+    fn a_second_stop_reason_cannot_hide_a_cut_off_call() {
+        // The tool_use block was the last one when the output hit the token
+        // limit; a later message_delta saying `tool_use` made it runnable.
+        let anthropic = Provider::Anthropic;
+        let mut stream = StreamAssembler::new(anthropic, 0, ParseLimits::default()).unwrap();
+        for chunk in [
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"pay","input":{}}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens"}}"#,
+        ] {
+            stream.push(chunk).unwrap();
+        }
+        assert_eq!(
+            stream.push(r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#),
+            Err(ProviderError::StreamMismatch {
+                provider: anthropic,
+                chunk: 3,
+                field: "chunk[3].delta.stop_reason".into(),
+                reason: "a second stop_reason",
+            })
+        );
+        // The same reason again, or a delta without one, is fine.
+        let mut stream = StreamAssembler::new(anthropic, 0, ParseLimits::default()).unwrap();
+        for chunk in [
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"pay","input":{}}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":9}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#,
+            r#"{"type":"message_stop"}"#,
+        ] {
+            stream.push(chunk).unwrap();
+        }
+        assert_eq!(stream.finish().unwrap().len(), 1);
     }
 }

@@ -87,7 +87,11 @@ impl GeminiStream {
                 }
             }
         }
-        if let Some(reason) = optional_str(provider, candidate, &candidate_path, "finishReason")? {
+        // An empty reason means the model has not stopped (as for a whole
+        // response): the stream goes on.
+        if let Some(reason) = optional_str(provider, candidate, &candidate_path, "finishReason")?
+            .filter(|reason| !reason.is_empty())
+        {
             self.finish_reason = Some(reason.to_owned());
         }
         Ok(())
@@ -316,5 +320,33 @@ fn append(args: &mut Tree, segments: &[Segment], value: Json) -> Result<(), &'st
             Ok(())
         }
         _ => Err("a continued value that is not a string"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::Provider;
+    use crate::provider::{ParseLimits, StreamAssembler};
+
+    #[test]
+    fn an_empty_finish_reason_does_not_end_the_stream() {
+        // A whole response reads `finishReason: ""` as "not stopped"; the
+        // stream read it as the end: complete after the first chunk (an app
+        // that stops reading there got no calls), and the call that came
+        // next refused as content after the end.
+        let mut stream = StreamAssembler::new(Provider::Gemini, 0, ParseLimits::default()).unwrap();
+        stream
+            .push(
+                r#"{"candidates":[{"content":{"parts":[{"text":"Paying."}]},"finishReason":""}]}"#,
+            )
+            .unwrap();
+        assert!(!stream.is_complete());
+        stream
+            .push(r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"pay","args":{"amount":5}}}]},"finishReason":"STOP"}]}"#)
+            .unwrap();
+        assert!(stream.is_complete());
+        let calls = stream.finish().unwrap();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].arguments, r#"{"amount":5}"#);
     }
 }

@@ -3,10 +3,13 @@
 //! `response.output_item.added` opens the item at `output_index`;
 //! `response.function_call_arguments.delta` appends to its arguments and
 //! `response.function_call_arguments.done` states them whole;
-//! `response.output_item.done` gives the finished item, whose arguments must
-//! equal what the deltas and the `done` event said. `response.completed` (or
-//! `response.incomplete`) ends the stream; `response.failed` and `error` end
-//! it unusable. Other events (text, reasoning, hosted-tool progress) carry
+//! `response.output_item.done` gives the finished item, which must be the
+//! item announced at its index (same type; for a call the same `call_id`,
+//! `name` and `namespace`) and whose arguments must equal what the deltas and
+//! the `done` event said. `response.completed` (or `response.incomplete`)
+//! ends the stream; its `response.output`, when items were streamed too,
+//! must hold the same items (else a call only it holds would be dropped).
+//! `response.failed` and `error` end it unusable. Other events (text, reasoning, hosted-tool progress) carry
 //! nothing this module reads and are ignored: every item is classified, when
 //! the stream is finished, by the same table as a whole response. An item
 //! that was added but never done is still in progress, and a function call
@@ -24,6 +27,8 @@ use crate::model::Provider;
 struct Slot {
     /// The item as last announced (`added`, then `done`).
     item: Object,
+    /// True when `response.output_item.added` announced it.
+    added: bool,
     /// True once `response.output_item.done` arrived.
     done: bool,
     /// The concatenated argument deltas.
@@ -45,9 +50,11 @@ enum End {
 pub(super) struct ResponsesStream {
     items: BTreeMap<usize, Slot>,
     end: End,
-    /// `response.output` of the terminal event, used only when no item
-    /// events arrived.
+    /// `response.output` of the terminal event: the output when no item
+    /// events arrived, otherwise checked against the streamed items.
     final_output: Option<Json>,
+    /// The index of the terminal event's chunk (for its mismatch error).
+    end_chunk: usize,
 }
 
 impl Default for ResponsesStream {
@@ -56,6 +63,7 @@ impl Default for ResponsesStream {
             items: BTreeMap::new(),
             end: End::Open,
             final_output: None,
+            end_chunk: 0,
         }
     }
 }
@@ -87,8 +95,8 @@ impl ResponsesStream {
                 self.open_slot(at, event, &prefix)?.arguments_done = Some(arguments);
                 Ok(())
             }
-            "response.completed" => self.end(event, End::Completed),
-            "response.incomplete" => self.end(event, End::Incomplete),
+            "response.completed" => self.end(at, event, End::Completed),
+            "response.incomplete" => self.end(at, event, End::Incomplete),
             "response.failed" | "error" => {
                 self.end = End::Failed;
                 Ok(())
@@ -109,6 +117,7 @@ impl ResponsesStream {
             index,
             Slot {
                 item,
+                added: true,
                 done: false,
                 deltas: String::new(),
                 arguments_done: None,
@@ -126,12 +135,24 @@ impl ResponsesStream {
         let item_path = key_path(prefix, "item");
         let slot = self.items.entry(index).or_insert_with(|| Slot {
             item: Object::default(),
+            added: false,
             done: false,
             deltas: String::new(),
             arguments_done: None,
         });
         if slot.done {
             return Err(at.mismatch(&key_path(prefix, "output_index"), "an item finished twice"));
+        }
+        // The finished item is the one that was announced: the deltas at its
+        // index are its arguments, so another call (or another kind of
+        // item) in its place would take them over.
+        if slot.added {
+            if let Some(key) = differing_identity(&slot.item, &item) {
+                return Err(at.mismatch(
+                    &key_path(&item_path, key),
+                    "a finished item that is not the one announced",
+                ));
+            }
         }
         let streamed = slot
             .arguments_done
@@ -184,9 +205,11 @@ impl ResponsesStream {
         }
     }
 
-    /// A terminal event; keeps `response.output` in case no item events came.
-    fn end(&mut self, event: &Object, end: End) -> Result<(), ProviderError> {
+    /// A terminal event; keeps `response.output` (the output when no item
+    /// events came, otherwise checked against them).
+    fn end(&mut self, at: &Chunk, event: &Object, end: End) -> Result<(), ProviderError> {
         self.end = end;
+        self.end_chunk = at.index;
         self.final_output = optional(event, "response")
             .and_then(Json::as_object)
             .and_then(|response| optional(response, "output"))
@@ -207,6 +230,13 @@ impl ResponsesStream {
             End::Completed => "completed",
             End::Incomplete => "incomplete",
         };
+        if let (Some(output), false) = (&self.final_output, self.items.is_empty()) {
+            let at = Chunk {
+                provider,
+                index: self.end_chunk,
+            };
+            check_final_output(&at, output, &self.items)?;
+        }
         let output = match self.final_output {
             Some(output) if self.items.is_empty() => output,
             _ => Json::Array(
@@ -232,4 +262,163 @@ impl ResponsesStream {
 fn item_field(provider: Provider, event: &Object, prefix: &str) -> Result<Object, ProviderError> {
     let item = super::super::fields::required_object(provider, event, prefix, "item")?;
     Ok(item.clone())
+}
+
+/// The first of the members that make an item which call it is (`type`, and
+/// for a function call `call_id`, `name`, `namespace`) on which `a` and `b`
+/// differ.
+fn differing_identity(a: &Object, b: &Object) -> Option<&'static str> {
+    let is_call = optional(a, "type").and_then(Json::as_str) == Some("function_call");
+    let keys: &[&'static str] = if is_call {
+        &["type", "call_id", "name", "namespace"]
+    } else {
+        &["type"]
+    };
+    keys.iter()
+        .copied()
+        .find(|key| optional(a, key) != optional(b, key))
+}
+
+/// The terminal event's `response.output`, when items were streamed too,
+/// must hold the same items: a call only the final output holds would be
+/// dropped, and one whose arguments differ there would run with one of two
+/// texts the provider sent.
+fn check_final_output(
+    at: &Chunk,
+    output: &Json,
+    items: &BTreeMap<usize, Slot>,
+) -> Result<(), ProviderError> {
+    let field = format!("{}.response.output", at.root());
+    let reason = "the final output differs from the streamed items";
+    let Some(finals) = output.as_array() else {
+        return Err(at.mismatch(&field, reason));
+    };
+    if finals.len() != items.len() {
+        return Err(at.mismatch(&field, reason));
+    }
+    for (index, (slot, last)) in items.values().zip(finals).enumerate() {
+        let Some(last) = last.as_object() else {
+            return Err(at.mismatch(&field, reason));
+        };
+        let differs = differing_identity(&slot.item, last).is_some()
+            || (slot.done
+                && optional(&slot.item, "type").and_then(Json::as_str) == Some("function_call")
+                && optional(&slot.item, "arguments") != optional(last, "arguments"));
+        if differs {
+            return Err(at.mismatch(&format!("{field}[{index}]"), reason));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::Provider;
+    use crate::provider::{ParseLimits, ProviderError, StreamAssembler};
+
+    const RESPONSES: Provider = Provider::OpenAiResponses;
+
+    fn assemble(chunks: &[&str]) -> Result<Vec<crate::model::ToolCall>, ProviderError> {
+        let mut stream = StreamAssembler::new(RESPONSES, 0, ParseLimits::default())?;
+        for chunk in chunks {
+            stream.push(chunk)?;
+        }
+        stream.finish()
+    }
+
+    const ADDED_PAY: &str = r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","call_id":"call_1","name":"pay","arguments":""}}"#;
+    const DELTA_ONE: &str = r#"{"type":"response.function_call_arguments.delta","output_index":0,"delta":"{\"amount\":1}"}"#;
+    const DONE_PAY: &str = r#"{"type":"response.output_item.done","output_index":0,"item":{"type":"function_call","call_id":"call_1","name":"pay","arguments":"{\"amount\":1}"}}"#;
+
+    #[test]
+    fn a_finished_item_must_be_the_one_announced() {
+        // The deltas of `pay` (call_1) were handed to another call (call_2,
+        // `refund`) that the done event put at the same index.
+        let outcome = assemble(&[
+            ADDED_PAY,
+            DELTA_ONE,
+            r#"{"type":"response.output_item.done","output_index":0,"item":{"type":"function_call","call_id":"call_2","name":"refund"}}"#,
+            r#"{"type":"response.completed","response":{}}"#,
+        ]);
+        assert_eq!(
+            outcome,
+            Err(ProviderError::StreamMismatch {
+                provider: RESPONSES,
+                chunk: 2,
+                field: "chunk[2].item.call_id".into(),
+                reason: "a finished item that is not the one announced",
+            })
+        );
+        // A call announced and finished as a message: its deltas vanished.
+        let outcome = assemble(&[
+            ADDED_PAY,
+            DELTA_ONE,
+            r#"{"type":"response.output_item.done","output_index":0,"item":{"type":"message","content":[]}}"#,
+            r#"{"type":"response.completed","response":{}}"#,
+        ]);
+        assert!(matches!(
+            outcome,
+            Err(ProviderError::StreamMismatch {
+                reason: "a finished item that is not the one announced",
+                ..
+            })
+        ));
+        // The usual stream still assembles.
+        let calls = assemble(&[
+            ADDED_PAY,
+            DELTA_ONE,
+            DONE_PAY,
+            r#"{"type":"response.completed","response":{}}"#,
+        ])
+        .unwrap();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].arguments, r#"{"amount":1}"#);
+    }
+
+    #[test]
+    fn a_final_output_that_differs_from_the_streamed_items_is_refused() {
+        let mismatch = |outcome: Result<_, ProviderError>| {
+            assert_eq!(
+                outcome,
+                Err(ProviderError::StreamMismatch {
+                    provider: RESPONSES,
+                    chunk: 3,
+                    field: "chunk[3].response.output".into(),
+                    reason: "the final output differs from the streamed items",
+                })
+            )
+        };
+        // Other arguments in the final output than in the stream.
+        let other_arguments = assemble(&[
+            ADDED_PAY,
+            DELTA_ONE,
+            DONE_PAY,
+            r#"{"type":"response.completed","response":{"output":[{"type":"function_call","call_id":"call_1","name":"pay","arguments":"{\"amount\":1000}"}]}}"#,
+        ]);
+        assert!(
+            matches!(
+                &other_arguments,
+                Err(ProviderError::StreamMismatch { field, .. }) if field == "chunk[3].response.output[0]"
+            ),
+            "{other_arguments:?}"
+        );
+        // A call only the final output holds was dropped: no call at all.
+        let message_added = r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"message","content":[]}}"#;
+        let message_done = r#"{"type":"response.output_item.done","output_index":0,"item":{"type":"message","content":[]}}"#;
+        mismatch(assemble(&[
+            message_added,
+            message_done,
+            r#"{"type":"response.output_text.done","output_index":0,"text":""}"#,
+            r#"{"type":"response.completed","response":{"output":[{"type":"message","content":[]},{"type":"function_call","call_id":"call_1","name":"pay","arguments":"{\"amount\":1000}"}]}}"#,
+        ]));
+        // The same items (as OpenAI sends them) are fine, and so is a
+        // terminal event without the output.
+        for end in [
+            r#"{"type":"response.completed","response":{"output":[{"type":"function_call","call_id":"call_1","name":"pay","arguments":"{\"amount\":1}","status":"completed"}]}}"#,
+            r#"{"type":"response.completed","response":{"status":"completed"}}"#,
+        ] {
+            let calls = assemble(&[ADDED_PAY, DELTA_ONE, DONE_PAY, end]).unwrap();
+            assert_eq!(calls[0].arguments, r#"{"amount":1}"#);
+        }
+    }
 }
