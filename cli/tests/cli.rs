@@ -589,3 +589,51 @@ fn export_out_never_overwrites_the_ledger_or_its_wal() {
         );
     }
 }
+
+/// The writing commands on a directory, and through a symlink by a
+/// relative path: a clear error, or the same ledger (no second WAL or
+/// sessions directory under the link's name), nothing lost. (Read-only
+/// files are not tried here: the tests may run as root.)
+#[test]
+fn writing_commands_on_odd_paths_fail_cleanly_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = device_db(dir.path());
+    let db_s = db.to_str().unwrap().to_owned();
+    let count = |p: &str| -> u64 {
+        json(&["stats", p, "--json"])["executions"]
+            .as_u64()
+            .unwrap()
+    };
+    // A directory.
+    for cmd in [vec!["recover"], vec!["prune", "--older-than", "1d"]] {
+        let mut args = vec![cmd[0], dir.path().to_str().unwrap()];
+        args.extend_from_slice(&cmd[1..]);
+        let out = run(&args);
+        eprintln!("{args:?} -> {:?} {}", out.status.code(), stderr(&out));
+        assert_eq!(out.status.code(), Some(1));
+    }
+    // A symlink and a relative path.
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&db, &link).unwrap();
+    let out = Command::new(BIN)
+        .current_dir(dir.path())
+        .args(["recover", "link.db", "--json"])
+        .output()
+        .unwrap();
+    eprintln!(
+        "recover link.db -> {:?} {}",
+        out.status.code(),
+        stderr(&out)
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    eprintln!("files: {names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("link.db-")),
+        "no second WAL or sessions dir under the link's name: {names:?}"
+    );
+    assert_eq!(count(&db_s), 9);
+}
