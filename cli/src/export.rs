@@ -11,6 +11,7 @@
 //! database neither holds a long read snapshot nor sits in memory at once.
 
 use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use toolledger::ledger::{private_file, PageCursor};
@@ -19,7 +20,7 @@ use toolledger::model::ExecutionRecord;
 use crate::args::ExportArgs;
 use crate::maintenance::open_for_reading;
 use crate::progress::Progress;
-use crate::CliResult;
+use crate::{CliError, CliResult};
 
 const PAGE: u32 = 500;
 
@@ -28,6 +29,9 @@ const PAGE: u32 = 500;
 /// # Errors
 /// A missing file; the store's typed errors; I/O errors of the output.
 pub fn run(args: &ExportArgs) -> CliResult<()> {
+    if let Some(out) = &args.out {
+        refuse_ledger_files(&args.db.db, out)?;
+    }
     let reading = open_for_reading(&args.db.db)?;
     let inspector = reading.inspector();
     let total = inspector.execution_count()?;
@@ -78,6 +82,88 @@ pub fn run(args: &ExportArgs) -> CliResult<()> {
         }
     );
     Ok(())
+}
+
+/// The files SQLite keeps beside a ledger (and the ledger itself): `--out`
+/// must name none of them, or opening it (truncating) would destroy
+/// records.
+const LEDGER_SUFFIXES: [&str; 4] = ["", "-wal", "-shm", "-journal"];
+
+/// Where `path` leads: symlinks followed (also a dangling one, whose target
+/// would be created), the parent directory resolved, so two spellings of one
+/// file compare equal. `None` when it cannot be resolved (the open will then
+/// fail on its own).
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let mut path = path.to_path_buf();
+    // Bounded: the kernel gives up on a chain of 40 links too.
+    for _ in 0..40 {
+        if let Ok(real) = std::fs::canonicalize(&path) {
+            return Some(real);
+        }
+        match std::fs::read_link(&path) {
+            // A dangling link: where its target would be created.
+            Ok(target) => {
+                path = match path.parent() {
+                    Some(dir) => dir.join(target),
+                    None => target,
+                };
+            }
+            // A file that does not exist yet, in a directory that does.
+            Err(_) => {
+                let name = path.file_name()?.to_owned();
+                let dir = match path.parent() {
+                    Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+                    _ => PathBuf::from("."),
+                };
+                return Some(std::fs::canonicalize(dir).ok()?.join(name));
+            }
+        }
+    }
+    None
+}
+
+/// Refuses an `--out` that is the ledger, one of its SQLite files, or the
+/// same file under another name (a symlink, a hard link, another spelling).
+///
+/// # Errors
+/// [`CliError::Other`] naming the clash; nothing is opened or written.
+fn refuse_ledger_files(db: &Path, out: &Path) -> CliResult<()> {
+    let refuse = || {
+        Err(CliError::Other(format!(
+            "--out {} would overwrite the ledger {} or one of its files; choose another file",
+            out.display(),
+            db.display()
+        )))
+    };
+    let (Some(db_real), Some(out_real)) = (std::fs::canonicalize(db).ok(), resolved(out)) else {
+        // The ledger's own open reports a missing ledger; an unresolvable
+        // `--out` fails when it is opened.
+        return Ok(());
+    };
+    for suffix in LEDGER_SUFFIXES {
+        let mut name = db_real.as_os_str().to_os_string();
+        name.push(suffix);
+        let file = PathBuf::from(name);
+        if file == out_real || same_file(&file, &out_real) {
+            return refuse();
+        }
+    }
+    Ok(())
+}
+
+/// True when both paths exist and are one file (device and inode).
+#[cfg(unix)]
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(_a: &Path, _b: &Path) -> bool {
+    false
 }
 
 /// Appends stored JSON text (arguments or a result) to `out` as it was

@@ -535,3 +535,105 @@ fn inspect_never_shows_argument_or_result_values_and_every_json_says_its_format(
         assert_eq!(v["format_version"], 1);
     }
 }
+
+/// `export --out` naming the ledger itself, its WAL, or a symlink to the
+/// ledger must be refused before anything is opened for writing: the file
+/// (or its not yet checkpointed commits) would be truncated.
+#[test]
+fn export_out_never_overwrites_the_ledger_or_its_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = device_db(dir.path());
+    let db_s = db.to_str().unwrap();
+    let count = |db: &Path| -> u64 {
+        json(&["stats", db.to_str().unwrap(), "--json"])["executions"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(count(&db), 9);
+    let mut wal = db.as_os_str().to_os_string();
+    wal.push("-wal");
+    let link = dir.path().join("link.jsonl");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&db, &link).unwrap();
+    // A dangling link to the WAL's name: opening it would create the WAL.
+    let to_wal = dir.path().join("to_wal.jsonl");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&wal, &to_wal).unwrap();
+    let relative_dir = dir.path().join(".").join("device.db");
+    for out in [
+        db.clone(),
+        relative_dir,
+        link.clone(),
+        to_wal.clone(),
+        std::path::PathBuf::from(&wal),
+    ] {
+        let before = std::fs::read(&db).unwrap();
+        let run_out = run(&["export", db_s, "--out", out.to_str().unwrap()]);
+        assert_eq!(
+            run_out.status.code(),
+            Some(1),
+            "--out {}: {}",
+            out.display(),
+            stderr(&run_out)
+        );
+        assert!(
+            std::fs::read(&db).unwrap() == before,
+            "--out {} left the ledger as it was",
+            out.display()
+        );
+        assert_eq!(count(&db), 9, "--out {}: every record kept", out.display());
+        assert!(
+            !std::path::Path::new(&wal).exists(),
+            "--out {} created no WAL",
+            out.display()
+        );
+    }
+}
+
+/// The writing commands on a directory, and through a symlink by a
+/// relative path: a clear error, or the same ledger (no second WAL or
+/// sessions directory under the link's name), nothing lost. (Read-only
+/// files are not tried here: the tests may run as root.)
+#[test]
+fn writing_commands_on_odd_paths_fail_cleanly_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = device_db(dir.path());
+    let db_s = db.to_str().unwrap().to_owned();
+    let count = |p: &str| -> u64 {
+        json(&["stats", p, "--json"])["executions"]
+            .as_u64()
+            .unwrap()
+    };
+    // A directory.
+    for cmd in [vec!["recover"], vec!["prune", "--older-than", "1d"]] {
+        let mut args = vec![cmd[0], dir.path().to_str().unwrap()];
+        args.extend_from_slice(&cmd[1..]);
+        let out = run(&args);
+        eprintln!("{args:?} -> {:?} {}", out.status.code(), stderr(&out));
+        assert_eq!(out.status.code(), Some(1));
+    }
+    // A symlink and a relative path.
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&db, &link).unwrap();
+    let out = Command::new(BIN)
+        .current_dir(dir.path())
+        .args(["recover", "link.db", "--json"])
+        .output()
+        .unwrap();
+    eprintln!(
+        "recover link.db -> {:?} {}",
+        out.status.code(),
+        stderr(&out)
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    eprintln!("files: {names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("link.db-")),
+        "no second WAL or sessions dir under the link's name: {names:?}"
+    );
+    assert_eq!(count(&db_s), 9);
+}

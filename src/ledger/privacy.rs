@@ -221,7 +221,9 @@ impl Ledger {
     /// # Errors
     /// [`StorageError::InUse`] while another session has it open;
     /// [`StorageError::KeyRequired`] when it is already encrypted; storage
-    /// errors (the ledger stays as it was).
+    /// errors (the ledger stays as it was), except
+    /// [`StorageError::NotScrubbed`]: it is encrypted under `key` and only
+    /// the scrub of earlier bytes did not finish.
     pub fn encrypt_in_place(path: &Path, config: LedgerConfig, key: &LedgerKey) -> Result<()> {
         let ledger = Ledger::open_with(path, config, Arc::new(super::SystemClock), None)?;
         ledger.reseal_alone(key)
@@ -234,7 +236,9 @@ impl Ledger {
     ///
     /// # Errors
     /// [`StorageError::WrongKey`] for a wrong `old`; [`StorageError::InUse`];
-    /// storage errors (the ledger stays under `old`).
+    /// storage errors (the ledger stays under `old`), except
+    /// [`StorageError::NotScrubbed`]: the re-key committed (the ledger is
+    /// under `new`) and only the scrub of earlier bytes did not finish.
     pub fn rotate_key(
         path: &Path,
         config: LedgerConfig,

@@ -118,6 +118,14 @@ pub enum Error {
     /// durable once the disk works (see [`Error::Io`]).
     #[error("the write committed but could not be made durable: {0}")]
     NotDurable(Box<Error>),
+    /// An encryption in place or a re-key committed: the ledger is now
+    /// under the new key (the old one opens nothing). Only its last step
+    /// failed, scrubbing earlier bytes of values from free pages and the WAL
+    /// (`VACUUM` and a truncating checkpoint; e.g. a reader held a
+    /// snapshot), with the error inside. Keep the new key; to scrub, re-key
+    /// again later with the new key as both old and new.
+    #[error("the ledger is now under the new key (keep it), but earlier bytes could not be scrubbed yet: {0}")]
+    NotScrubbed(Box<Error>),
     /// Any other SQLite error.
     #[error("sqlite error: {0}")]
     Sqlite(rusqlite::Error),

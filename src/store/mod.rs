@@ -673,8 +673,12 @@ impl Store {
             *keys = Some(Arc::new(fresh.keys));
         }
         drop(keys);
-        let scrubbed =
-            resealed.and_then(|()| reseal::scrub(&open.conn, self.location == Location::Memory));
+        // Once the reseal committed the ledger is under the new key whatever
+        // the scrub does: its failure must not read as "nothing changed".
+        let scrubbed = resealed.and_then(|()| {
+            reseal::scrub(&open.conn, self.location == Location::Memory)
+                .map_err(|e| Error::NotScrubbed(Box::new(e)))
+        });
         if error::take_io_error() {
             open.mark_sync_failed();
         }

@@ -447,3 +447,49 @@ fn a_writer_that_does_not_know_the_ledger_is_encrypted_is_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("the ledger is encrypted"), "{err}");
 }
+
+/// A rotation whose scrub (VACUUM, then a TRUNCATE checkpoint) cannot
+/// finish because a reader holds a snapshot (an inspector, a backup tool
+/// mid-read): the documented promise of an error is "the ledger stays under
+/// `old`". An app that keeps the old key after the error must still open
+/// its ledger; otherwise every stored result is lost to it.
+#[test]
+fn a_rotation_that_reports_an_error_leaves_the_ledger_under_the_key_it_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.db");
+    let old = LedgerKey::generate().unwrap();
+    let ledger = open(&db, &clock(), Some(&old));
+    let (approved, _) = plant(&ledger);
+    drop(ledger);
+    let reader = rusqlite::Connection::open(&db).unwrap();
+    reader
+        .execute_batch("BEGIN; SELECT count(*) FROM executions;")
+        .unwrap();
+    let new = LedgerKey::generate().unwrap();
+    let rotated = Ledger::rotate_key(&db, LedgerConfig::default(), &old, &new);
+    eprintln!("rotation with a reader holding a snapshot: {rotated:?}");
+    reader.execute_batch("COMMIT").unwrap();
+    drop(reader);
+    // Ok, or the typed "re-keyed, not scrubbed yet": under `new`; any
+    // other error: under `old`, as documented.
+    let rekeyed = matches!(
+        rotated,
+        Ok(()) | Err(Error::Store(StorageError::NotScrubbed(_)))
+    );
+    let under = if rekeyed { &new } else { &old };
+    let ledger = Ledger::open_with(&db, LedgerConfig::default(), clock(), Some(under));
+    assert!(
+        ledger.is_ok(),
+        "rotate_key answered {rotated:?}; the ledger must open under the key that answer implies, got {:?}",
+        ledger.map(|_| ())
+    );
+    assert!(matches!(
+        ledger.unwrap().begin(&op("op_1"), 0, &approved).unwrap(),
+        Begin::Replay(r) if r.result_json.contains(CANARY)
+    ));
+    // Re-keying again with the new key as both old and new scrubs it.
+    if rekeyed {
+        Ledger::rotate_key(&db, LedgerConfig::default(), &new, &new).unwrap();
+        assert!(!contains(&disk_bytes(&db), CANARY));
+    }
+}
