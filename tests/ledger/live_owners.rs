@@ -1,5 +1,6 @@
 //! Exactly one live owner, attacked from paths the `ownership` tests do not
-//! take: a forked child of the owner process.
+//! take: a forked child of the owner process, and a suspended owner whose
+//! tool sends its request after another session took its call over.
 //!
 //! Each test counts effects at a fake downstream (the requests that reached
 //! it, by downstream key), not the ledger's own records.
@@ -10,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use support::*;
-use toolledger::ledger::{Begin, Ledger, Resolution, Resolved};
+use toolledger::ledger::{Begin, Error, Ledger, Resolution, Resolved};
 use toolledger::model::ExecutionStatus;
 use toolledger_test_support as support;
 
@@ -191,5 +192,49 @@ fn a_forked_child_that_drops_the_ledger_never_ends_its_parents_ownership() {
     assert!(
         stdout.contains("1 passed"),
         "the scenario did not run or failed ({status}):\n{stdout}\n{stderr}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// A suspended owner whose tool sends after the takeover
+// ---------------------------------------------------------------------------
+
+/// The owner suspends (iOS sends the app to the background) while its
+/// lookup tool is still before its request (resolving a host, refreshing a
+/// token). Its lease lapses (60 s) and another session takes the call over:
+/// the attempt becomes unknown *then*, and the landing window (120 s) is
+/// counted from there. The lookup says "not found" after the window and the
+/// other session resends. The app is brought back after five minutes and
+/// its tool, thawed, sends the request it was about to send.
+#[test]
+#[ignore = "design: a lapsed suspension is not proof the owner cannot still send; \
+            the landing window counted from the takeover does not bound the owner's request"]
+fn a_suspended_owners_request_sent_after_a_takeover_is_not_a_second_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = LookupService::default();
+    let (app, clock) = open_at(&path);
+    let other = open_with(&path, &clock);
+    let s = spec("c1", "pay", r#"{"amount":"12.50"}"#);
+    let Begin::Execute(t) = app.begin(&op("o"), 0, &s).unwrap() else {
+        panic!()
+    };
+    app.suspend().unwrap();
+    clock.advance(60_000);
+    let sent_by_other = second_session_takes_over(&other, &clock, &service, &s);
+    clock.advance(120_000);
+    app.resume().unwrap();
+    let key = t.downstream_key.as_str().to_owned();
+    service.send(&key);
+    let late = app.commit(&t.attempt_id(), r#"{"paid":1}"#, None);
+    assert!(
+        !sent_by_other || matches!(late, Err(Error::StaleAttempt { .. })),
+        "{late:?}"
+    );
+    assert_eq!(
+        service.effects(&key),
+        1,
+        "two payments: the other session resent (sent_by_other={sent_by_other}) \
+         and the suspended owner's request went out after it resumed"
     );
 }
