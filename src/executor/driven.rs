@@ -334,7 +334,12 @@ impl Executor {
         {
             return Ok(CallerStep::Done(self.current_outcome(id)?));
         }
-        let step = self.reconcile_after_lookup(&desc, Ticket::from_record(&rec), found)?;
+        // When the lookup was handed out: its "not found" proves nothing
+        // about a request landing after it looked (a lookup reported late,
+        // or one this executor did not hand out, looked when it looked).
+        let asked = self.take_lookup(id, attempt.request.attempt);
+        let step =
+            self.reconcile_after_lookup(&desc, Ticket::from_record(&rec), found, asked.as_ref())?;
         self.hand_over(&desc, step)
     }
 
@@ -399,10 +404,11 @@ impl Executor {
                 }
                 Step::Reconcile(ticket) => match self.reconcile_start(desc, &ticket)? {
                     Reconciling::Lookup => {
+                        self.hand_out_lookup(&ticket);
                         return Ok(CallerStep::Lookup(CallerAttempt {
                             request: request_for(&ticket),
                             read_only: false,
-                        }))
+                        }));
                     }
                     Reconciling::Settled(next) => *next,
                 },
@@ -437,6 +443,25 @@ impl Executor {
                     started: Instant::now(),
                 },
             );
+        }
+    }
+
+    /// Notes that a lookup for `ticket`'s unknown attempt is handed out now.
+    fn hand_out_lookup(&self, ticket: &Ticket) {
+        let asked = self.ledger().clock().monotonic();
+        if let Ok(mut a) = self.inner.attempts.lock() {
+            a.lookups
+                .insert(ticket.execution_id.clone(), (ticket.attempt, asked));
+        }
+    }
+
+    /// When the lookup for attempt `attempt` of `id` was handed out, if this
+    /// executor handed it out (each hand-out is taken once).
+    fn take_lookup(&self, id: &ExecutionId, attempt: u32) -> Option<crate::model::Monotonic> {
+        let mut a = self.inner.attempts.lock().ok()?;
+        match a.lookups.get(id) {
+            Some((a_no, _)) if *a_no == attempt => a.lookups.remove(id).map(|(_, at)| at),
+            _ => None,
         }
     }
 

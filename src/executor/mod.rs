@@ -111,6 +111,10 @@ struct Attempts {
     /// Attempts handed to callers that run the tool themselves
     /// ([`Executor::start`]), until reported; each is in `running` too.
     driven: Map<ExecutionId, driven::Driven>,
+    /// Lookups handed to such callers ([`driven::CallerStep::Lookup`]):
+    /// the attempt and when (boot clock) it was handed out, which is no
+    /// later than the moment the caller's lookup looked.
+    lookups: Map<ExecutionId, (u32, crate::model::Monotonic)>,
 }
 
 /// What [`Executor::recover`] did.

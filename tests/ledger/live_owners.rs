@@ -238,3 +238,245 @@ fn a_suspended_owners_request_sent_after_a_takeover_is_not_a_second_effect() {
          and the suspended owner's request went out after it resumed"
     );
 }
+
+// ---------------------------------------------------------------------------
+// A lookup that looked inside the landing window and answered after it
+// ---------------------------------------------------------------------------
+
+/// A payment service without keys whose tool can look effects up by the
+/// downstream key. Attempt 1's request is left on the wire (the tool times
+/// out; the request lands `lands_after_ms` later by the boot clock); a
+/// lookup reads the service, then takes `lookup_ms` to come back (a slow
+/// network), during which time passes on the shared clock.
+struct SlowLookupPay {
+    service: std::sync::Arc<LookupService>,
+    clock: ManualClockRef,
+    /// When (ms, boot clock) attempt 1's request takes effect, once sent.
+    in_flight: Mutex<Option<(String, i64)>>,
+    lookup_ms: std::sync::atomic::AtomicI64,
+    lands_after_ms: i64,
+}
+
+impl SlowLookupPay {
+    /// Applies a request on the wire whose time has come.
+    fn land(&self) {
+        let now = toolledger::ledger::Clock::monotonic(&*self.clock).ms;
+        let mut wire = self.in_flight.lock().unwrap();
+        if let Some((key, at)) = wire.clone() {
+            if now >= at {
+                self.service.send(&key);
+                *wire = None;
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl toolledger::executor::ToolHandler for SlowLookupPay {
+    fn descriptor(&self) -> toolledger::executor::ToolDescriptor {
+        toolledger::executor::ToolDescriptor {
+            lookup: true,
+            ..toolledger::executor::ToolDescriptor::side_effect("pay", 1)
+        }
+    }
+
+    async fn perform(
+        &self,
+        req: toolledger::executor::ToolRequest,
+    ) -> Result<toolledger::executor::PerformOutcome, toolledger::executor::ToolError> {
+        let key = req.downstream_key.as_str().to_owned();
+        if req.attempt == 1 {
+            // Sent; the answer never comes; the server applies it late.
+            let at = toolledger::ledger::Clock::monotonic(&*self.clock).ms + self.lands_after_ms;
+            *self.in_flight.lock().unwrap() = Some((key, at));
+            return Ok(toolledger::executor::PerformOutcome::Unknown {
+                reason: "timed out".into(),
+            });
+        }
+        self.service.send(&key);
+        Ok(toolledger::executor::PerformOutcome::Committed {
+            result_json: format!(r#"{{"paid":{}}}"#, req.attempt),
+            external_id: None,
+        })
+    }
+
+    async fn lookup(
+        &self,
+        req: toolledger::executor::ToolRequest,
+    ) -> Result<toolledger::executor::LookupOutcome, toolledger::executor::ToolError> {
+        self.land();
+        let found = self.service.found(req.downstream_key.as_str());
+        // The answer takes its time to come back; the world goes on.
+        self.clock
+            .advance(self.lookup_ms.load(std::sync::atomic::Ordering::SeqCst));
+        self.land();
+        Ok(if found {
+            toolledger::executor::LookupOutcome::Found {
+                result_json: r#"{"paid":1}"#.into(),
+                external_id: None,
+            }
+        } else {
+            toolledger::executor::LookupOutcome::NotFound
+        })
+    }
+}
+
+/// Attempt 1 times out at T0 with its request on the wire; the tool
+/// declares the default 120 s landing window, and the request lands at
+/// T0 + 119.5 s, inside it. The call is asked again at T0 + 119 s: the
+/// lookup reads the service then ("not found", truthfully: nothing landed
+/// yet) and its answer comes back 2 s later, at T0 + 121 s. That "not
+/// found" was seen inside the window and proves nothing, yet it is judged
+/// by the time it came back, and the call is resent: two payments.
+#[test]
+fn a_not_found_seen_inside_the_landing_window_is_no_proof_however_late_it_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (ledger, clock) = open_at(&path);
+    let service = std::sync::Arc::new(LookupService::default());
+    let tool = std::sync::Arc::new(SlowLookupPay {
+        service: service.clone(),
+        clock: clock.clone(),
+        in_flight: Mutex::new(None),
+        lookup_ms: std::sync::atomic::AtomicI64::new(0),
+        lands_after_ms: 119_500,
+    });
+    let exec =
+        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
+    exec.register(tool.clone()).unwrap();
+    let call = call("c1", "pay", r#"{"amount":"12.50"}"#);
+    let first = process(exec.execute(&op("o"), 0, call.clone())).unwrap();
+    assert!(
+        matches!(first, toolledger::executor::CallOutcome::Unknown { .. }),
+        "{first:?}"
+    );
+    // Asked again 119 s later; this lookup takes 2 s to answer.
+    clock.advance(119_000);
+    tool.lookup_ms
+        .store(2_000, std::sync::atomic::Ordering::SeqCst);
+    let second = process(exec.execute(&op("o"), 0, call.clone())).unwrap();
+    tool.land();
+    let effects: u32 = service.effects.lock().unwrap().values().sum();
+    assert_eq!(
+        effects, 1,
+        "two payments ({second:?}): a lookup that looked inside the window was taken as proof"
+    );
+    assert!(
+        matches!(
+            second,
+            toolledger::executor::CallOutcome::Unknown {
+                retry_after: Some(_),
+                ..
+            }
+        ),
+        "{second:?}"
+    );
+}
+
+fn fast_config_no_timeout() -> toolledger::executor::ExecutorConfig {
+    toolledger::executor::ExecutorConfig {
+        perform_timeout: None,
+        ..downstream::fast_config()
+    }
+}
+
+fn process<F: std::future::Future>(fut: F) -> F::Output {
+    downstream::process(fut)
+}
+
+/// The same through the caller-driven steps: the lookup is handed out at
+/// T0 + 119 s, the caller looks (nothing yet), the request lands at
+/// T0 + 119.5 s, and the caller reports "not found" at T0 + 121 s (its app
+/// was busy, or suspended, between the lookup and the report).
+#[test]
+fn a_caller_driven_not_found_is_judged_by_when_the_lookup_was_handed_out() {
+    use toolledger::executor::{CallOutcome, CallerStep, LookupOutcome, PerformOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (ledger, clock) = open_at(&path);
+    let service = std::sync::Arc::new(LookupService::default());
+    let tool = std::sync::Arc::new(SlowLookupPay {
+        service: service.clone(),
+        clock: clock.clone(),
+        in_flight: Mutex::new(None),
+        lookup_ms: std::sync::atomic::AtomicI64::new(0),
+        lands_after_ms: 119_500,
+    });
+    let exec =
+        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
+    exec.register(tool.clone()).unwrap();
+    let call = call("c1", "pay", r#"{"amount":"12.50"}"#);
+    let CallerStep::Perform(a1) = exec.start(&op("o"), 0, call.clone()).unwrap() else {
+        panic!()
+    };
+    let key = a1.request.downstream_key.as_str().to_owned();
+    // Sent; no answer; it lands at T0 + 119.5 s.
+    let t0 = toolledger::ledger::Clock::monotonic(&*clock).ms;
+    *tool.in_flight.lock().unwrap() = Some((key.clone(), t0 + 119_500));
+    let step = exec
+        .report(
+            &a1,
+            Ok(PerformOutcome::Unknown {
+                reason: "timed out".into(),
+            }),
+        )
+        .unwrap();
+    let CallerStep::Lookup(l1) = step else {
+        panic!("{step:?}")
+    };
+    let step = exec
+        .report_lookup(&l1, Ok(LookupOutcome::NotFound))
+        .unwrap();
+    assert!(
+        matches!(step, CallerStep::Done(CallOutcome::Unknown { .. })),
+        "{step:?}"
+    );
+    clock.advance(119_000);
+    let step = exec.start(&op("o"), 0, call.clone()).unwrap();
+    let CallerStep::Lookup(l2) = step else {
+        panic!("{step:?}")
+    };
+    tool.land();
+    let found = service.found(&key);
+    assert!(!found, "nothing has landed at T0 + 119 s");
+    clock.advance(500);
+    tool.land();
+    clock.advance(1_500);
+    let step = exec
+        .report_lookup(&l2, Ok(LookupOutcome::NotFound))
+        .unwrap();
+    if let CallerStep::Perform(a2) = &step {
+        // The caller does what it is told: it sends again.
+        service.send(&key);
+        let _ = exec.report(
+            a2,
+            Ok(PerformOutcome::Committed {
+                result_json: r#"{"paid":2}"#.into(),
+                external_id: None,
+            }),
+        );
+    }
+    assert_eq!(
+        service.effects(&key),
+        1,
+        "two payments: a not-found looked up inside the window was reported after it ({step:?})"
+    );
+    // Asked again, the call looks again and finds the payment.
+    let step = exec.start(&op("o"), 0, call.clone()).unwrap();
+    let CallerStep::Lookup(l3) = step else {
+        panic!("{step:?}")
+    };
+    let step = exec
+        .report_lookup(
+            &l3,
+            Ok(LookupOutcome::Found {
+                result_json: r#"{"paid":1}"#.into(),
+                external_id: None,
+            }),
+        )
+        .unwrap();
+    assert!(
+        matches!(step, CallerStep::Done(CallOutcome::Completed { .. })),
+        "{step:?}"
+    );
+}
