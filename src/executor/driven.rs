@@ -82,6 +82,9 @@ pub enum CallerStep {
     Done(CallOutcome),
 }
 
+/// How many unreported lookups of one execution an executor remembers.
+const MAX_LOOKUPS_HANDED_OUT: usize = 16;
+
 /// An attempt this executor handed out and has not had reported yet.
 pub(super) struct Driven {
     ticket: Ticket,
@@ -450,19 +453,34 @@ impl Executor {
     fn hand_out_lookup(&self, ticket: &Ticket) {
         let asked = self.ledger().clock().monotonic();
         if let Ok(mut a) = self.inner.attempts.lock() {
-            a.lookups
-                .insert(ticket.execution_id.clone(), (ticket.attempt, asked));
+            let handed = a.lookups.entry(ticket.execution_id.clone()).or_default();
+            handed.retain(|(attempt, _)| *attempt == ticket.attempt);
+            // Bounded: past the bound a report takes an older hand-out's
+            // time, which only ever proves less.
+            if handed.len() < MAX_LOOKUPS_HANDED_OUT {
+                handed.push((ticket.attempt, asked));
+            }
         }
     }
 
-    /// When the lookup for attempt `attempt` of `id` was handed out, if this
-    /// executor handed it out (each hand-out is taken once).
+    /// The earliest time a lookup for attempt `attempt` of `id` still
+    /// unreported was handed out by this executor (taken: each hand-out
+    /// answers one report). A report cannot tell which of several it
+    /// answers, so it is judged by the earliest.
     fn take_lookup(&self, id: &ExecutionId, attempt: u32) -> Option<crate::model::Monotonic> {
         let mut a = self.inner.attempts.lock().ok()?;
-        match a.lookups.get(id) {
-            Some((a_no, _)) if *a_no == attempt => a.lookups.remove(id).map(|(_, at)| at),
-            _ => None,
+        let handed = a.lookups.get_mut(id)?;
+        let earliest = handed
+            .iter()
+            .enumerate()
+            .filter(|(_, (a_no, _))| *a_no == attempt)
+            .min_by_key(|(_, (_, at))| at.ms)
+            .map(|(i, _)| i)?;
+        let (_, at) = handed.swap_remove(earliest);
+        if handed.is_empty() {
+            a.lookups.remove(id);
         }
+        Some(at)
     }
 
     /// Marks attempt `attempt` of `id` as nobody's in this process (see

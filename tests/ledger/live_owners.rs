@@ -480,3 +480,74 @@ fn a_caller_driven_not_found_is_judged_by_when_the_lookup_was_handed_out() {
         "{step:?}"
     );
 }
+
+/// Two callers get a lookup for the same unknown attempt, one inside the
+/// window and one after it; the early one reports last. Its "not found"
+/// was seen inside the window whichever hand-out the executor pairs it with.
+#[test]
+fn two_lookups_handed_out_are_judged_by_the_earliest() {
+    use toolledger::executor::{CallOutcome, CallerStep, LookupOutcome, PerformOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, clock) = open_at(&dir.path().join("l.db"));
+    let service = std::sync::Arc::new(LookupService::default());
+    let tool = std::sync::Arc::new(SlowLookupPay {
+        service: service.clone(),
+        clock: clock.clone(),
+        in_flight: Mutex::new(None),
+        lookup_ms: std::sync::atomic::AtomicI64::new(0),
+        lands_after_ms: 0,
+    });
+    let exec =
+        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
+    exec.register(tool).unwrap();
+    let call = call("c1", "pay", r#"{"amount":"12.50"}"#);
+    let CallerStep::Perform(a1) = exec.start(&op("o"), 0, call.clone()).unwrap() else {
+        panic!()
+    };
+    let key = a1.request.downstream_key.as_str().to_owned();
+    let step = exec
+        .report(
+            &a1,
+            Ok(PerformOutcome::Unknown {
+                reason: "timed out".into(),
+            }),
+        )
+        .unwrap();
+    let CallerStep::Lookup(_) = step else {
+        panic!("{step:?}")
+    };
+    clock.advance(119_000);
+    let CallerStep::Lookup(early) = exec.start(&op("o"), 0, call.clone()).unwrap() else {
+        panic!()
+    };
+    // The early caller looks now: nothing. Then the request lands.
+    assert!(!service.found(&key));
+    clock.advance(500);
+    service.send(&key);
+    clock.advance(5_000);
+    let CallerStep::Lookup(late) = exec.start(&op("o"), 0, call.clone()).unwrap() else {
+        panic!()
+    };
+    // The late caller's lookup would find it, but it is slow to report;
+    // the early caller reports its "not found" first.
+    let step = exec
+        .report_lookup(&early, Ok(LookupOutcome::NotFound))
+        .unwrap();
+    if let CallerStep::Perform(_) = &step {
+        service.send(&key);
+    }
+    assert_eq!(service.effects(&key), 1, "two payments ({step:?})");
+    let step = exec
+        .report_lookup(
+            &late,
+            Ok(LookupOutcome::Found {
+                result_json: r#"{"paid":1}"#.into(),
+                external_id: None,
+            }),
+        )
+        .unwrap();
+    assert!(
+        matches!(step, CallerStep::Done(CallOutcome::Completed { .. })),
+        "{step:?}"
+    );
+}
