@@ -255,6 +255,8 @@ struct SlowLookupPay {
     in_flight: Mutex<Option<(String, i64)>>,
     lookup_ms: std::sync::atomic::AtomicI64,
     lands_after_ms: i64,
+    /// An independent batch (each item its own request and key).
+    batch: bool,
 }
 
 impl SlowLookupPay {
@@ -276,6 +278,11 @@ impl toolledger::executor::ToolHandler for SlowLookupPay {
     fn descriptor(&self) -> toolledger::executor::ToolDescriptor {
         toolledger::executor::ToolDescriptor {
             lookup: true,
+            batch: if self.batch {
+                toolledger::executor::BatchMode::Independent
+            } else {
+                toolledger::executor::BatchMode::Atomic
+            },
             ..toolledger::executor::ToolDescriptor::side_effect("pay", 1)
         }
     }
@@ -340,6 +347,7 @@ fn a_not_found_seen_inside_the_landing_window_is_no_proof_however_late_it_arrive
         in_flight: Mutex::new(None),
         lookup_ms: std::sync::atomic::AtomicI64::new(0),
         lands_after_ms: 119_500,
+        batch: false,
     });
     let exec =
         toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
@@ -401,6 +409,7 @@ fn a_caller_driven_not_found_is_judged_by_when_the_lookup_was_handed_out() {
         in_flight: Mutex::new(None),
         lookup_ms: std::sync::atomic::AtomicI64::new(0),
         lands_after_ms: 119_500,
+        batch: false,
     });
     let exec =
         toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
@@ -496,6 +505,7 @@ fn two_lookups_handed_out_are_judged_by_the_earliest() {
         in_flight: Mutex::new(None),
         lookup_ms: std::sync::atomic::AtomicI64::new(0),
         lands_after_ms: 0,
+        batch: false,
     });
     let exec =
         toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
@@ -550,4 +560,38 @@ fn two_lookups_handed_out_are_judged_by_the_earliest() {
         matches!(step, CallerStep::Done(CallOutcome::Completed { .. })),
         "{step:?}"
     );
+}
+
+/// The same for an independent batch's uncertain item: item 0's request is
+/// on the wire, the item's lookup looks at T0 + 119 s and answers at
+/// T0 + 121 s; the request landed in between.
+#[test]
+fn a_batch_items_not_found_seen_inside_the_landing_window_is_no_proof() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, clock) = open_at(&dir.path().join("l.db"));
+    let service = std::sync::Arc::new(LookupService::default());
+    let tool = std::sync::Arc::new(SlowLookupPay {
+        service: service.clone(),
+        clock: clock.clone(),
+        in_flight: Mutex::new(None),
+        lookup_ms: std::sync::atomic::AtomicI64::new(0),
+        lands_after_ms: 119_500,
+        batch: true,
+    });
+    let exec =
+        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
+    exec.register(tool.clone()).unwrap();
+    let call = call("c1", "pay", r#"{"items":[{"to":"bob"}]}"#);
+    let first = process(exec.execute(&op("o"), 0, call.clone())).unwrap();
+    assert!(
+        matches!(first, toolledger::executor::CallOutcome::Unknown { .. }),
+        "{first:?}"
+    );
+    clock.advance(119_000);
+    tool.lookup_ms
+        .store(2_000, std::sync::atomic::Ordering::SeqCst);
+    let second = process(exec.execute(&op("o"), 0, call.clone())).unwrap();
+    tool.land();
+    let effects: u32 = service.effects.lock().unwrap().values().sum();
+    assert_eq!(effects, 1, "two payments for item 0 ({second:?})");
 }
