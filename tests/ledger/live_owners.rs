@@ -595,3 +595,63 @@ fn a_batch_items_not_found_seen_inside_the_landing_window_is_no_proof() {
     let effects: u32 = service.effects.lock().unwrap().values().sum();
     assert_eq!(effects, 1, "two payments for item 0 ({second:?})");
 }
+
+/// A tool with neither key nor lookup (one email, no way to ask).
+struct Mail;
+
+#[async_trait::async_trait]
+impl toolledger::executor::ToolHandler for Mail {
+    fn descriptor(&self) -> toolledger::executor::ToolDescriptor {
+        toolledger::executor::ToolDescriptor::side_effect("mail", 1)
+    }
+
+    async fn perform(
+        &self,
+        _req: toolledger::executor::ToolRequest,
+    ) -> Result<toolledger::executor::PerformOutcome, toolledger::executor::ToolError> {
+        unreachable!("caller-driven only")
+    }
+}
+
+/// A caller-driven email: the caller runs the tool, and while it runs the
+/// app closes its ledger and opens it again (a new session); the email
+/// went out and the caller reports it to the new executor. The report
+/// names the execution's current attempt and carries the truth.
+#[test]
+#[ignore = "design: a report for the current attempt from another session of the same app is \
+            kept only as evidence (answered InFlight); accepting it like resolve_unknown(Found) \
+            changes the fencing rule"]
+fn a_report_after_the_ledger_was_closed_and_reopened_is_not_lost() {
+    use toolledger::executor::{CallOutcome, CallerStep, PerformOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (ledger, clock) = open_at(&path);
+    let exec =
+        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
+    exec.register(std::sync::Arc::new(Mail)).unwrap();
+    let call = call("c1", "mail", r#"{"to":"bob"}"#);
+    let CallerStep::Perform(a1) = exec.start(&op("o"), 0, call.clone()).unwrap() else {
+        panic!()
+    };
+    drop(exec);
+    let exec = toolledger::executor::Executor::new(
+        std::sync::Arc::new(open_with(&path, &clock)),
+        fast_config_no_timeout(),
+    );
+    exec.register(std::sync::Arc::new(Mail)).unwrap();
+    let reported = exec.report_attempt(
+        &a1.request.execution_id,
+        a1.request.attempt,
+        Ok(PerformOutcome::Committed {
+            result_json: r#"{"sent":true}"#.into(),
+            external_id: None,
+        }),
+    );
+    let asked = exec.start(&op("o"), 0, call.clone()).unwrap();
+    let evidence = exec.ledger().evidence(&a1.request.execution_id).unwrap();
+    assert!(
+        matches!(asked, CallerStep::Done(CallOutcome::Completed { .. })),
+        "reported {reported:?}; asked again: {asked:?}; evidence: {}",
+        evidence.len()
+    );
+}
