@@ -235,6 +235,8 @@ async fn settle_uncertain_item(
 ) -> Result<Settled> {
     let attempt = ticket.attempt_id();
     if desc.lookup {
+        // A "not found" answers for the moment the lookup looked.
+        let asked = exec.ledger().clock().monotonic();
         return Ok(match tool.lookup(request.clone()).await {
             Ok(LookupOutcome::Found {
                 result_json,
@@ -246,7 +248,7 @@ async fn settle_uncertain_item(
             }
             Ok(LookupOutcome::NotFound) => {
                 exec.metrics_sink().reconciled(false);
-                match exec.landing_wait(desc, ticket) {
+                match exec.lookup_unproven(desc, ticket, Some(&asked)) {
                     // A same-key resend to a deduping downstream is safe.
                     Some(_) if desc.idempotency_key => Settled::Resendable,
                     Some(wait) => Settled::Stop(Step::Done(CallOutcome::Unknown {

@@ -82,6 +82,9 @@ pub enum CallerStep {
     Done(CallOutcome),
 }
 
+/// How many unreported lookups of one execution an executor remembers.
+const MAX_LOOKUPS_HANDED_OUT: usize = 16;
+
 /// An attempt this executor handed out and has not had reported yet.
 pub(super) struct Driven {
     ticket: Ticket,
@@ -407,7 +410,12 @@ impl Executor {
         {
             return Ok(CallerStep::Done(self.current_outcome(id)?));
         }
-        let step = self.reconcile_after_lookup(&desc, Ticket::from_record(&rec), found)?;
+        // When the lookup was handed out: its "not found" proves nothing
+        // about a request landing after it looked (a lookup reported late,
+        // or one this executor did not hand out, looked when it looked).
+        let asked = self.take_lookup(id, attempt.request.attempt);
+        let step =
+            self.reconcile_after_lookup(&desc, Ticket::from_record(&rec), found, asked.as_ref())?;
         self.hand_over(&desc, step)
     }
 
@@ -472,10 +480,11 @@ impl Executor {
                 }
                 Step::Reconcile(ticket) => match self.reconcile_start(desc, &ticket)? {
                     Reconciling::Lookup => {
+                        self.hand_out_lookup(&ticket);
                         return Ok(CallerStep::Lookup(CallerAttempt {
                             request: request_for(&ticket),
                             read_only: false,
-                        }))
+                        }));
                     }
                     Reconciling::Settled(next) => *next,
                 },
@@ -511,6 +520,40 @@ impl Executor {
                 },
             );
         }
+    }
+
+    /// Notes that a lookup for `ticket`'s unknown attempt is handed out now.
+    fn hand_out_lookup(&self, ticket: &Ticket) {
+        let asked = self.ledger().clock().monotonic();
+        if let Ok(mut a) = self.inner.attempts.lock() {
+            let handed = a.lookups.entry(ticket.execution_id.clone()).or_default();
+            handed.retain(|(attempt, _)| *attempt == ticket.attempt);
+            // Bounded: past the bound a report takes an older hand-out's
+            // time, which only ever proves less.
+            if handed.len() < MAX_LOOKUPS_HANDED_OUT {
+                handed.push((ticket.attempt, asked));
+            }
+        }
+    }
+
+    /// The earliest time a lookup for attempt `attempt` of `id` still
+    /// unreported was handed out by this executor (taken: each hand-out
+    /// answers one report). A report cannot tell which of several it
+    /// answers, so it is judged by the earliest.
+    fn take_lookup(&self, id: &ExecutionId, attempt: u32) -> Option<crate::model::Monotonic> {
+        let mut a = self.inner.attempts.lock().ok()?;
+        let handed = a.lookups.get_mut(id)?;
+        let earliest = handed
+            .iter()
+            .enumerate()
+            .filter(|(_, (a_no, _))| *a_no == attempt)
+            .min_by_key(|(_, (_, at))| at.ms)
+            .map(|(i, _)| i)?;
+        let (_, at) = handed.swap_remove(earliest);
+        if handed.is_empty() {
+            a.lookups.remove(id);
+        }
+        Some(at)
     }
 
     /// Marks attempt `attempt` of `id` as nobody's in this process (see

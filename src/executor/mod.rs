@@ -111,6 +111,12 @@ struct Attempts {
     /// Attempts handed to callers that run the tool themselves
     /// ([`Executor::start`]), until reported; each is in `running` too.
     driven: Map<ExecutionId, driven::Driven>,
+    /// Lookups handed to such callers ([`driven::CallerStep::Lookup`]) and
+    /// not reported yet: the attempt and when (boot clock) each was handed
+    /// out, which is no later than the moment the caller's lookup looked.
+    /// A report takes the earliest (it cannot tell which hand-out it
+    /// answers).
+    lookups: Map<ExecutionId, Vec<(u32, crate::model::Monotonic)>>,
 }
 
 /// What [`Executor::recover`] did.

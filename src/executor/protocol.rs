@@ -15,7 +15,7 @@ use super::{backoff, batch, CallOutcome, Executor, Result};
 use crate::crashpoint::{self, CrashPoint};
 use crate::ledger::{self, AttemptId, Begin, Resolution, Resolved, StoredResult, Ticket};
 use crate::model::canonical::write_json_string;
-use crate::model::{ExecutionId, ExecutionStatus, JsonLimits, OperationStatus};
+use crate::model::{ExecutionId, ExecutionStatus, JsonLimits, Monotonic, OperationStatus};
 
 /// The next thing to do for one execution.
 pub(super) enum Step {
@@ -379,6 +379,29 @@ impl Executor {
         (left > 0).then(|| Duration::from_millis(u64::try_from(left).unwrap_or(0)))
     }
 
+    /// For a lookup's "not found" for `ticket`, given when the lookup was
+    /// asked (`asked`; `None`: not known here): `None` when it proves the
+    /// effect absent, i.e. the lookup was asked once the landing window had
+    /// passed since the outcome became unknown; otherwise how long until a
+    /// new lookup would (zero when that is now). A lookup answers for the
+    /// moment it looked, not the moment its answer came back: a slow
+    /// lookup (or a caller that reports it late) that looked inside the
+    /// window proves nothing about a request landing after it looked.
+    pub(super) fn lookup_unproven(
+        &self,
+        desc: &ToolDescriptor,
+        ticket: &Ticket,
+        asked: Option<&Monotonic>,
+    ) -> Option<Duration> {
+        let window = i64::try_from(desc.landing_window.as_millis()).unwrap_or(i64::MAX);
+        if let (Some(asked), Some(since)) = (asked, ticket.unknown_since.as_ref()) {
+            if asked.since(since) >= window {
+                return None;
+            }
+        }
+        Some(self.landing_wait(desc, ticket).unwrap_or(Duration::ZERO))
+    }
+
     /// Reconcile before anything else: lookup, then same-key retry, then
     /// surface. A lookup's "not found" inside the landing window leaves the
     /// outcome unknown (nothing is sent again) and says when to ask again.
@@ -391,8 +414,9 @@ impl Executor {
         match self.reconcile_start(desc, &ticket)? {
             Reconciling::Settled(step) => Ok(*step),
             Reconciling::Lookup => {
+                let asked = self.ledger().clock().monotonic();
                 let found = tool.lookup(request_for(&ticket)).await;
-                self.reconcile_after_lookup(desc, ticket, found)
+                self.reconcile_after_lookup(desc, ticket, found, Some(&asked))
             }
         }
     }
@@ -460,13 +484,15 @@ impl Executor {
     }
 
     /// Settles an unknown outcome after the tool's lookup answered `found`.
-    /// A "not found" inside the landing window leaves it unknown (nothing is
-    /// sent again) and says when to ask again.
+    /// A "not found" of a lookup asked inside the landing window (`asked`:
+    /// when it was asked; `None` when not known here) leaves it unknown
+    /// (nothing is sent again) and says when to ask again.
     pub(super) fn reconcile_after_lookup(
         &self,
         desc: &ToolDescriptor,
         ticket: Ticket,
         found: std::result::Result<LookupOutcome, ToolError>,
+        asked: Option<&Monotonic>,
     ) -> Result<Step> {
         let ledger = self.ledger();
         let id = ticket.execution_id.clone();
@@ -497,7 +523,7 @@ impl Executor {
                 if desc.idempotency_key && attempts_left {
                     return self.resend(desc, &ticket);
                 }
-                if let Some(wait) = self.landing_wait(desc, &ticket) {
+                if let Some(wait) = self.lookup_unproven(desc, &ticket, asked) {
                     return Ok(Step::Done(CallOutcome::Unknown {
                         execution_id: id,
                         attempt: attempt.attempt,

@@ -35,6 +35,12 @@ impl GuardedStore {
         GuardedStore(Arc::new(store))
     }
 
+    /// Keeps the store from ever being dropped (a forked child's copy of
+    /// the parent's connection: see `Ledger::drop`).
+    pub(super) fn leak(&self) {
+        std::mem::forget(Arc::clone(&self.0));
+    }
+
     /// See `Store::sync`.
     pub(super) fn sync(&self) -> crate::store::Result<()> {
         self.0.sync()

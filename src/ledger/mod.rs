@@ -718,6 +718,16 @@ impl Ledger {
 
 impl Drop for Ledger {
     fn drop(&mut self) {
+        if self.sessions.forked() {
+            // A child made by `fork()` dropping its copy of the parent's
+            // ledger: the session, its lock, its row and its connection are
+            // the parent's (SQLite forbids using a connection across a
+            // fork, and closing one may checkpoint and delete the WAL). The
+            // child writes nothing, joins no thread of the parent's and
+            // leaves the connection open until it exits.
+            self.store.leak();
+            return;
+        }
         self.flusher.stop();
         if self.abandoned.load(Ordering::Relaxed) || self.store.is_suspended() {
             return;

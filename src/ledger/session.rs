@@ -47,6 +47,11 @@ pub(crate) struct Sessions {
     dir: Option<PathBuf>,
     own: SessionId,
     held: Mutex<Option<File>>,
+    /// The process that took the lock. A child made by `fork()` shares the
+    /// parent's open file description, and with it the lock: unlocking it or
+    /// deleting the file there would end the parent's ownership while the
+    /// parent runs (see [`Sessions::forked`]).
+    pid: u32,
 }
 
 /// The directory that holds the session lock files of database `db` (a
@@ -69,6 +74,7 @@ impl Sessions {
             dir: db.map(sessions_dir),
             own,
             held: Mutex::new(None),
+            pid: std::process::id(),
         };
         sessions.acquire()?;
         Ok(sessions)
@@ -129,8 +135,21 @@ impl Sessions {
         Err(io::Error::other("session lock file keeps disappearing"))
     }
 
-    /// Releases this session's lock (suspension). The file stays.
+    /// True in a child made by `fork()` of the process that opened this
+    /// session. The child's copy of the lock file's descriptor names the
+    /// parent's open file description: `flock` locks belong to it, so an
+    /// unlock through the copy releases the parent's lock, and the file at
+    /// the path is the parent's. The child must touch neither.
+    pub(crate) fn forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
+    /// Releases this session's lock (suspension). The file stays. Nothing
+    /// in a forked child (the lock is the parent's).
     pub(crate) fn release(&self) {
+        if self.forked() {
+            return;
+        }
         if let Ok(mut held) = self.held.lock() {
             if let Some(file) = held.take() {
                 let _ = file.unlock();
@@ -195,6 +214,12 @@ impl Sessions {
 
 impl Drop for Sessions {
     fn drop(&mut self) {
+        // A forked child's copy: the lock and the file are the parent's.
+        // (The descriptor is closed with the rest; closing one descriptor
+        // of an open file description never releases its `flock`.)
+        if self.forked() {
+            return;
+        }
         // The owner deletes its own file while it still holds the lock.
         if let (Some(path), true) = (self.own_lock_path(), self.holds_lock()) {
             let _ = fs::remove_file(path);
