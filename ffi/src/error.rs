@@ -64,6 +64,12 @@ pub enum StorageKind {
     /// refuses writes with this kind while the disk keeps failing. Nothing
     /// is sent on the strength of an intent that is not durable.
     Io,
+    /// Encrypting in place or re-keying committed: the ledger is now under
+    /// the new key (keep it; the old one opens nothing). Only the scrub of
+    /// earlier bytes from free pages and the log did not finish (a reader
+    /// held a snapshot, for example): re-key again later with the new key
+    /// as both old and new to scrub.
+    NotScrubbed,
     /// Any other storage failure (invalid stored data, a schema guard, SQLite).
     Other,
 }
@@ -198,6 +204,7 @@ impl From<StorageError> for LedgerError {
             S::InUse => StorageKind::InUse,
             S::InvalidKey => StorageKind::InvalidKey,
             S::Io(_) | S::NotDurable(_) => StorageKind::Io,
+            S::NotScrubbed(_) => StorageKind::NotScrubbed,
             // Every other storage failure (the core's enum may grow).
             _ => StorageKind::Other,
         };

@@ -624,7 +624,9 @@ mod tests {
                 max: 128
             })
         );
-        assert!(took < std::time::Duration::from_secs(8), "took {took:?}");
+        // A hang guard, not a speed target (those are in the benchmarks):
+        // ~0.3 s measured, 31 s before, in a debug build.
+        assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
     }
 
     #[test]

@@ -57,7 +57,9 @@ class StorageError(Error):
     written, except for `StorageKind.FOREIGN_CONNECTION` (the last write may
     be lost) and `StorageKind.IO` (the disk failed a sync: the write may be
     in the ledger without being durable; nothing was sent on its strength,
-    and the ledger writes its log again before its next write)."""
+    and the ledger writes its log again before its next write) and
+    `StorageKind.NOT_SCRUBBED` (encrypting or re-keying committed: the
+    ledger is under the new key; only the scrub of earlier bytes is left)."""
 
 
 class UnknownTool(Error):
