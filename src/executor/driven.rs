@@ -228,10 +228,11 @@ impl Executor {
                     .latency(&desc.name, driven.started.elapsed());
                 (driven.ticket, outcome)
             }
-            None => (
-                self.ticket_of(&request.execution_id, request.attempt)?.1,
-                not_handed_out(outcome),
-            ),
+            None => {
+                let ticket = self.ticket_of(&request.execution_id, request.attempt)?.1;
+                let step = self.record_not_handed_out(&desc, ticket, outcome)?;
+                return self.hand_over(&desc, step);
+            }
         };
         let step = self.record_report(&desc, ticket, outcome)?;
         if let Step::Retry { after, .. } = step {
@@ -275,17 +276,18 @@ impl Executor {
                         (desc, driven.ticket, outcome)
                     }
                     // Reported meanwhile by another thread: the fence decides.
-                    None => (
-                        desc,
-                        self.ticket_of(id, attempt)?.1,
-                        not_handed_out(outcome),
-                    ),
+                    None => {
+                        let ticket = self.ticket_of(id, attempt)?.1;
+                        let step = self.record_not_handed_out(&desc, ticket, outcome)?;
+                        return self.hand_over(&desc, step);
+                    }
                 }
             }
             None => {
                 let (tool_name, ticket) = self.ticket_of(id, attempt)?;
                 let desc = self.side_effect_descriptor(&tool_name)?;
-                (desc, ticket, not_handed_out(outcome))
+                let step = self.record_not_handed_out(&desc, ticket, outcome)?;
+                return self.hand_over(&desc, step);
             }
         };
         let step = self.record_report(&desc, ticket, outcome)?;
@@ -363,6 +365,80 @@ impl Executor {
             .or_current(id, recorded)
             .inspect_err(|_| self.orphan(id, attempt))?;
         self.hand_over(&desc, step)
+    }
+
+    /// Records a report of an attempt this executor has not outstanding
+    /// (reported twice, handed out by another executor, or by a session of
+    /// this ledger file that is gone): the ledger's fence decides, and a
+    /// refusal is not taken as proof (`not_handed_out`). One exception: a
+    /// result for the execution's *current* attempt whose owner session is
+    /// dead (the app closed or lost its ledger, opened it again and reports
+    /// what the tool did) is the truth about that attempt, and nobody else
+    /// sent it again: the execution is taken over as a new ask would take
+    /// it (the attempt becomes unknown) and settled with the result, as a
+    /// lookup that found it settles it. Refused by the fence instead, the
+    /// result was kept only as evidence and the caller told `InFlight`; a
+    /// tool with neither key nor lookup then needed the app to resolve a
+    /// call whose result the ledger held.
+    fn record_not_handed_out(
+        &self,
+        desc: &ToolDescriptor,
+        ticket: Ticket,
+        outcome: PerformOutcome,
+    ) -> Result<Step> {
+        if let PerformOutcome::Committed {
+            result_json,
+            external_id,
+        } = &outcome
+        {
+            if let Some(step) =
+                self.settle_a_dead_owners_attempt(desc, &ticket, result_json, external_id)?
+            {
+                return Ok(step);
+            }
+        }
+        self.record_report(desc, ticket, not_handed_out(outcome))
+    }
+
+    /// See [`Self::record_not_handed_out`]: `None` when the attempt is not
+    /// the current one of a running execution owned by a dead session.
+    fn settle_a_dead_owners_attempt(
+        &self,
+        desc: &ToolDescriptor,
+        ticket: &Ticket,
+        result_json: &str,
+        external_id: &Option<String>,
+    ) -> Result<Option<Step>> {
+        let ledger = self.ledger();
+        let id = &ticket.execution_id;
+        let Some(rec) = ledger.get(id)? else {
+            return Ok(None);
+        };
+        if rec.status != ExecutionStatus::Executing
+            || rec.attempt_count != ticket.attempt
+            || rec.owner_session.as_ref() == Some(ledger.session_id())
+        {
+            return Ok(None);
+        }
+        // What a new ask does with it: a live owner's attempt is `InFlight`
+        // (nothing written), a dead owner's becomes unknown (`Reconcile`).
+        match ledger.continue_execution(id)? {
+            Begin::Reconcile(taken) if taken.attempt == ticket.attempt => {
+                let found = Ok(LookupOutcome::Found {
+                    result_json: result_json.to_owned(),
+                    external_id: external_id.clone(),
+                });
+                self.reconcile_after_lookup(desc, taken, found, None)
+                    .map(Some)
+            }
+            // Moved on meanwhile and a new attempt was begun for nobody:
+            // this executor's orphan, reconciled at the next ask.
+            Begin::Execute(started) => {
+                self.orphan(id, started.attempt);
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Records a reported outcome (the ledger's fence decides whether it

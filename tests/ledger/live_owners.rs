@@ -618,9 +618,6 @@ impl toolledger::executor::ToolHandler for Mail {
 /// went out and the caller reports it to the new executor. The report
 /// names the execution's current attempt and carries the truth.
 #[test]
-#[ignore = "design: a report for the current attempt from another session of the same app is \
-            kept only as evidence (answered InFlight); accepting it like resolve_unknown(Found) \
-            changes the fencing rule"]
 fn a_report_after_the_ledger_was_closed_and_reopened_is_not_lost() {
     use toolledger::executor::{CallOutcome, CallerStep, PerformOutcome};
     let dir = tempfile::tempdir().unwrap();
@@ -649,9 +646,99 @@ fn a_report_after_the_ledger_was_closed_and_reopened_is_not_lost() {
     );
     let asked = exec.start(&op("o"), 0, call.clone()).unwrap();
     let evidence = exec.ledger().evidence(&a1.request.execution_id).unwrap();
-    assert!(
-        matches!(asked, CallerStep::Done(CallOutcome::Completed { .. })),
-        "reported {reported:?}; asked again: {asked:?}; evidence: {}",
-        evidence.len()
+    // The report itself is answered with the result it carried, and the
+    // repeat replays it: nothing is left for the app to resolve.
+    let Ok(CallerStep::Done(CallOutcome::Completed {
+        result_json,
+        replayed: false,
+        ..
+    })) = &reported
+    else {
+        panic!("reported {reported:?}; evidence: {}", evidence.len())
+    };
+    assert_eq!(result_json, r#"{"sent":true}"#);
+    let CallerStep::Done(CallOutcome::Completed {
+        result_json,
+        replayed: true,
+        ..
+    }) = &asked
+    else {
+        panic!("asked again: {asked:?}")
+    };
+    assert_eq!(result_json, r#"{"sent":true}"#);
+    let rec = exec
+        .ledger()
+        .get(&a1.request.execution_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (rec.status, rec.attempt_count),
+        (toolledger::model::ExecutionStatus::Committed, 1)
     );
+}
+
+/// The same report while the attempt's owner session is alive (another
+/// process holds the call): the fence refuses it, the result is evidence,
+/// the call stays the owner's.
+#[test]
+fn a_report_of_a_live_other_sessions_current_attempt_is_still_refused() {
+    use toolledger::executor::{CallOutcome, CallerStep, PerformOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (ledger, clock) = open_at(&path);
+    let owner =
+        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
+    owner.register(std::sync::Arc::new(Mail)).unwrap();
+    let call = call("c1", "mail", r#"{"to":"bob"}"#);
+    let CallerStep::Perform(a1) = owner.start(&op("o"), 0, call.clone()).unwrap() else {
+        panic!()
+    };
+    let other = toolledger::executor::Executor::new(
+        std::sync::Arc::new(open_with(&path, &clock)),
+        fast_config_no_timeout(),
+    );
+    other.register(std::sync::Arc::new(Mail)).unwrap();
+    let reported = other
+        .report_attempt(
+            &a1.request.execution_id,
+            a1.request.attempt,
+            Ok(PerformOutcome::Committed {
+                result_json: r#"{"sent":"other"}"#.into(),
+                external_id: None,
+            }),
+        )
+        .unwrap();
+    assert!(
+        matches!(reported, CallerStep::Done(CallOutcome::InFlight { .. })),
+        "{reported:?}"
+    );
+    assert_eq!(
+        other
+            .ledger()
+            .evidence(&a1.request.execution_id)
+            .unwrap()
+            .len(),
+        1
+    );
+    let rec = owner
+        .ledger()
+        .get(&a1.request.execution_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.status, toolledger::model::ExecutionStatus::Executing);
+    // The owner's own report commits its result.
+    let done = owner
+        .report_attempt(
+            &a1.request.execution_id,
+            a1.request.attempt,
+            Ok(PerformOutcome::Committed {
+                result_json: r#"{"sent":true}"#.into(),
+                external_id: None,
+            }),
+        )
+        .unwrap();
+    let CallerStep::Done(CallOutcome::Completed { result_json, .. }) = done else {
+        panic!("{done:?}")
+    };
+    assert_eq!(result_json, r#"{"sent":true}"#);
 }
