@@ -731,3 +731,35 @@ fn an_execution_with_a_stale_attempts_evidence_is_never_pruned() {
     assert_eq!(rec.status, ExecutionStatus::FailedBeforeCommit);
     assert_eq!(ledger.evidence(&id).unwrap().len(), 1);
 }
+
+/// A batch left `failed_before_commit` with committed items (a version 3
+/// ledger's partial commit) is never pruned before it is settled: its items
+/// happened.
+#[test]
+fn a_failed_batch_with_committed_items_is_never_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, clock) = open_at(&dir.path().join("l.db"));
+    let o = op("o");
+    let s = spec("b", "send_all", r#"{"items":[{"n":0},{"n":1},{"n":2}]}"#);
+    let t = ticket(ledger.begin(&o, 0, &s).unwrap());
+    for i in 0..2 {
+        ledger
+            .record_batch_item(&t.attempt_id(), i, &format!(r#"{{"item":{i}}}"#), None)
+            .unwrap();
+    }
+    ledger
+        .fail_before_commit(&t.attempt_id(), "item 2: refused", false)
+        .unwrap();
+    let rec = ledger.get(&t.execution_id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::FailedBeforeCommit);
+
+    clock.advance(365 * DAY_MS);
+    let report = ledger.prune(PruneCutoff::BeforeMs(i64::MAX), true).unwrap();
+    assert_eq!(report.executions, 0, "{report:?}");
+    assert_eq!(ledger.batch_items(&t.execution_id).unwrap().len(), 2);
+    // Asked again, it is settled as the partial commit it was.
+    let Begin::Replay(r) = ledger.begin(&o, 0, &s).unwrap() else {
+        panic!("not a replay")
+    };
+    assert!(r.partial);
+}
