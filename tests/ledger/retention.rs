@@ -690,3 +690,76 @@ fn a_stale_attempt_reporting_after_its_execution_was_pruned_is_refused_and_not_l
         Begin::Failed { .. }
     ));
 }
+
+/// An execution that ended failed for good but holds the evidence of a
+/// stale attempt's late commit is never pruned: the evidence may be the
+/// only trace of an effect (the store's PRUNABLE rule).
+#[test]
+fn an_execution_with_a_stale_attempts_evidence_is_never_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, clock) = open_at(&dir.path().join("l.db"));
+    let o = op("o");
+    let id = ticket(ledger.begin(&o, 0, &spec("ev", "t", "{}")).unwrap()).execution_id;
+    let first = current(&ledger, &id);
+    ledger.mark_outcome_unknown(&first, "timeout").unwrap();
+    let toolledger::ledger::Resolved::Retry(second) = ledger
+        .resolve_unknown(&first, Resolution::NotFoundRetry)
+        .unwrap()
+    else {
+        panic!("not retried")
+    };
+    ledger
+        .fail_before_commit(&second.attempt_id(), "422", false)
+        .unwrap();
+    // Attempt 1's answer arrives late: refused, kept as evidence.
+    assert!(matches!(
+        ledger.commit(&first, r#"{"late":1}"#, None),
+        Err(toolledger::ledger::Error::StaleAttempt { .. })
+    ));
+    assert_eq!(ledger.evidence(&id).unwrap().len(), 1);
+    // A control that is prunable: failed for good, no evidence.
+    let plain = ticket(ledger.begin(&o, 0, &spec("plain", "t", "{}")).unwrap()).execution_id;
+    ledger
+        .fail_before_commit(&current(&ledger, &plain), "422", false)
+        .unwrap();
+
+    clock.advance(365 * DAY_MS);
+    let report = ledger.prune(PruneCutoff::BeforeMs(i64::MAX), true).unwrap();
+    assert_eq!(report.executions, 1, "only the control: {report:?}");
+    assert!(ledger.get(&plain).unwrap().is_none());
+    let rec = ledger.get(&id).unwrap().expect("kept for its evidence");
+    assert_eq!(rec.status, ExecutionStatus::FailedBeforeCommit);
+    assert_eq!(ledger.evidence(&id).unwrap().len(), 1);
+}
+
+/// A batch left `failed_before_commit` with committed items (a version 3
+/// ledger's partial commit) is never pruned before it is settled: its items
+/// happened.
+#[test]
+fn a_failed_batch_with_committed_items_is_never_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, clock) = open_at(&dir.path().join("l.db"));
+    let o = op("o");
+    let s = spec("b", "send_all", r#"{"items":[{"n":0},{"n":1},{"n":2}]}"#);
+    let t = ticket(ledger.begin(&o, 0, &s).unwrap());
+    for i in 0..2 {
+        ledger
+            .record_batch_item(&t.attempt_id(), i, &format!(r#"{{"item":{i}}}"#), None)
+            .unwrap();
+    }
+    ledger
+        .fail_before_commit(&t.attempt_id(), "item 2: refused", false)
+        .unwrap();
+    let rec = ledger.get(&t.execution_id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::FailedBeforeCommit);
+
+    clock.advance(365 * DAY_MS);
+    let report = ledger.prune(PruneCutoff::BeforeMs(i64::MAX), true).unwrap();
+    assert_eq!(report.executions, 0, "{report:?}");
+    assert_eq!(ledger.batch_items(&t.execution_id).unwrap().len(), 2);
+    // Asked again, it is settled as the partial commit it was.
+    let Begin::Replay(r) = ledger.begin(&o, 0, &s).unwrap() else {
+        panic!("not a replay")
+    };
+    assert!(r.partial);
+}

@@ -35,10 +35,26 @@ fn recover_never_tells_a_batch_whose_items_committed_as_failed() {
         exec.register(tool.clone()).unwrap();
         let rec = exec.recover().await.unwrap();
         let status = exec.ledger().list(&opid()).unwrap()[0].status;
-        (rec, status)
+        let after = tool.effects.lock().unwrap().clone();
+        (rec, (status, after))
     });
+    let (status, after) = status;
     eprintln!("recover: {:?}; status {status}", rec.outcomes);
     assert_eq!(downstream.values().sum::<u32>(), 1, "item 0 was delivered");
+    // recover() took the batch up again: item 1 went out once, item 0 was
+    // not sent again, the batch is committed and the app is told so.
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(
+        after.values().all(|n| *n == 1),
+        "one effect per item: {after:?}"
+    );
+    assert_eq!(status, ExecutionStatus::Committed);
+    assert_eq!(rec.outcomes.len(), 1, "{:?}", rec.outcomes);
+    assert!(
+        matches!(&rec.outcomes[0], CallOutcome::Completed { .. }),
+        "{:?}",
+        rec.outcomes
+    );
     for o in &rec.outcomes {
         assert!(
             !matches!(o, CallOutcome::Failed { .. }),
