@@ -489,7 +489,12 @@ impl Executor {
         // When the lookup was handed out: its "not found" proves nothing
         // about a request landing after it looked (a lookup reported late,
         // or one this executor did not hand out, looked when it looked).
-        let asked = self.take_lookup(id, attempt.request.attempt);
+        // A report that is no "not found" (a failed lookup) is judged by
+        // nothing and takes the latest hand-out: taking the earliest would
+        // leave a "not found" seen inside the window, reported after it, to
+        // be judged by a later hand-out.
+        let not_found = matches!(found, Ok(LookupOutcome::NotFound));
+        let asked = self.take_lookup(id, attempt.request.attempt, not_found);
         let step =
             self.reconcile_after_lookup(&desc, Ticket::from_record(&rec), found, asked.as_ref())?;
         self.hand_over(&desc, step)
@@ -612,20 +617,31 @@ impl Executor {
         }
     }
 
-    /// The earliest time a lookup for attempt `attempt` of `id` still
-    /// unreported was handed out by this executor (taken: each hand-out
-    /// answers one report). A report cannot tell which of several it
-    /// answers, so it is judged by the earliest.
-    fn take_lookup(&self, id: &ExecutionId, attempt: u32) -> Option<crate::model::Monotonic> {
+    /// The earliest (`earliest`; else the latest) time a lookup for
+    /// attempt `attempt` of `id` still unreported was handed out by this
+    /// executor (taken: each hand-out answers one report). A report cannot
+    /// tell which of several it answers, so a "not found" is judged by the
+    /// earliest; any other report takes the latest, so the hand-outs left
+    /// are never later than those of the callers still to report.
+    fn take_lookup(
+        &self,
+        id: &ExecutionId,
+        attempt: u32,
+        earliest: bool,
+    ) -> Option<crate::model::Monotonic> {
         let mut a = self.inner.attempts.lock().ok()?;
         let handed = a.lookups.get_mut(id)?;
-        let earliest = handed
+        let of_attempt = handed
             .iter()
             .enumerate()
-            .filter(|(_, (a_no, _))| *a_no == attempt)
-            .min_by_key(|(_, (_, at))| at.ms)
-            .map(|(i, _)| i)?;
-        let (_, at) = handed.swap_remove(earliest);
+            .filter(|(_, (a_no, _))| *a_no == attempt);
+        let pick = if earliest {
+            of_attempt.min_by_key(|(_, (_, at))| at.ms)
+        } else {
+            of_attempt.max_by_key(|(_, (_, at))| at.ms)
+        }
+        .map(|(i, _)| i)?;
+        let (_, at) = handed.swap_remove(pick);
         if handed.is_empty() {
             a.lookups.remove(id);
         }
