@@ -59,3 +59,47 @@ def test_a_cancelled_call_whose_report_cannot_be_recorded_is_still_cancelled(led
             assert isinstance(again, tl.Unknown), again
 
     asyncio.run(main())
+
+
+class _SecondCtrlC:
+    """The executor's steps, with a second Ctrl-C arriving while the
+    interrupted attempt's report is written (CPython runs the signal's
+    handler as the native call returns: the report is recorded, its answer
+    never reaches the caller)."""
+
+    def __init__(self, steps):
+        self._steps = steps
+        self.fired = False
+
+    def __getattr__(self, name):
+        return getattr(self._steps, name)
+
+    def report_attempt(self, *args):
+        step = self._steps.report_attempt(*args)
+        if not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+        return step
+
+
+@pytest.mark.skip(reason="design: a second Ctrl-C while an interrupted key call's 'unknown' report is "
+                  "written loses the same-key resend that report hands out (already executing): "
+                  "nothing can abandon it, and the call answers InFlight for the life of the process. "
+                  "Needs a report that hands nothing out (unknown, reconcile at the next ask)")
+def test_a_second_ctrl_c_during_the_interrupted_report_does_not_leave_the_call_in_flight(ledger_path):
+    with tl.Ledger.open(ledger_path) as ledger:
+        sent = []
+
+        @tl.tool(name="send", idempotency_key=True)
+        def send(request):
+            sent.append(request.attempt)
+            if len(sent) == 1:
+                raise KeyboardInterrupt  # the first Ctrl-C, while the tool runs
+            return {"ok": True}
+
+        executor = tl.Executor(ledger, tools=[send])
+        executor._steps = _SecondCtrlC(executor._steps)
+        with pytest.raises(KeyboardInterrupt):
+            executor.execute_sync("op", 0, tl.ToolCall("c1", "send", {}))
+        again = executor.execute_sync("op", 0, tl.ToolCall("c1", "send", {}))
+        assert not isinstance(again, tl.InFlight), again
