@@ -489,7 +489,12 @@ impl Executor {
         // When the lookup was handed out: its "not found" proves nothing
         // about a request landing after it looked (a lookup reported late,
         // or one this executor did not hand out, looked when it looked).
-        let asked = self.take_lookup(id, attempt.request.attempt);
+        // A report that is no "not found" (a failed lookup) is judged by
+        // nothing and takes the latest hand-out: taking the earliest would
+        // leave a "not found" seen inside the window, reported after it, to
+        // be judged by a later hand-out.
+        let not_found = matches!(found, Ok(LookupOutcome::NotFound));
+        let asked = self.take_lookup(id, attempt.request.attempt, not_found);
         let step =
             self.reconcile_after_lookup(&desc, Ticket::from_record(&rec), found, asked.as_ref())?;
         self.hand_over(&desc, step)
@@ -544,8 +549,21 @@ impl Executor {
     fn hand_over(&self, desc: &ToolDescriptor, mut step: Step) -> Result<CallerStep> {
         loop {
             step = match step {
-                Step::Done(outcome) => return Ok(CallerStep::Done(outcome)),
+                Step::Done(outcome) => {
+                    if matches!(
+                        outcome,
+                        CallOutcome::Completed { .. }
+                            | CallOutcome::Failed { .. }
+                            | CallOutcome::Rejected { .. }
+                            | CallOutcome::Cancelled { .. }
+                    ) {
+                        self.forget_lookups(outcome.execution_id());
+                    }
+                    return Ok(CallerStep::Done(outcome));
+                }
                 Step::Perform(ticket) => {
+                    // A new attempt: no lookup of an earlier one counts.
+                    self.forget_lookups(&ticket.execution_id);
                     let request = request_for(&ticket);
                     self.drive_by_caller(ticket);
                     crashpoint::hit(CrashPoint::BeforeRequest);
@@ -612,24 +630,46 @@ impl Executor {
         }
     }
 
-    /// The earliest time a lookup for attempt `attempt` of `id` still
-    /// unreported was handed out by this executor (taken: each hand-out
-    /// answers one report). A report cannot tell which of several it
-    /// answers, so it is judged by the earliest.
-    fn take_lookup(&self, id: &ExecutionId, attempt: u32) -> Option<crate::model::Monotonic> {
+    /// The earliest (`earliest`; else the latest) time a lookup for
+    /// attempt `attempt` of `id` still unreported was handed out by this
+    /// executor (taken: each hand-out answers one report). A report cannot
+    /// tell which of several it answers, so a "not found" is judged by the
+    /// earliest; any other report takes the latest, so the hand-outs left
+    /// are never later than those of the callers still to report.
+    fn take_lookup(
+        &self,
+        id: &ExecutionId,
+        attempt: u32,
+        earliest: bool,
+    ) -> Option<crate::model::Monotonic> {
         let mut a = self.inner.attempts.lock().ok()?;
         let handed = a.lookups.get_mut(id)?;
-        let earliest = handed
+        let of_attempt = handed
             .iter()
             .enumerate()
-            .filter(|(_, (a_no, _))| *a_no == attempt)
-            .min_by_key(|(_, (_, at))| at.ms)
-            .map(|(i, _)| i)?;
-        let (_, at) = handed.swap_remove(earliest);
+            .filter(|(_, (a_no, _))| *a_no == attempt);
+        let pick = if earliest {
+            of_attempt.min_by_key(|(_, (_, at))| at.ms)
+        } else {
+            of_attempt.max_by_key(|(_, (_, at))| at.ms)
+        }
+        .map(|(i, _)| i)?;
+        let (_, at) = handed.swap_remove(pick);
         if handed.is_empty() {
             a.lookups.remove(id);
         }
         Some(at)
+    }
+
+    /// Forgets the lookups handed out for `id`: the call was settled or
+    /// moved on to a new attempt, so no report of them can count (a report
+    /// of a lookup not remembered proves nothing). Without this, a lookup
+    /// handed out and never reported (an interrupted caller) was kept for
+    /// the life of the executor.
+    pub(super) fn forget_lookups(&self, id: &ExecutionId) {
+        if let Ok(mut a) = self.inner.attempts.lock() {
+            a.lookups.remove(id);
+        }
     }
 
     /// Marks attempt `attempt` of `id` as nobody's in this process (see
@@ -688,5 +728,79 @@ fn not_handed_out(outcome: PerformOutcome) -> PerformOutcome {
             reason: format!("refused ({reason}); reported for an attempt not handed out here"),
         },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{Ledger, LedgerConfig, ManualClock};
+    use crate::model::ToolCall;
+
+    struct Found;
+
+    #[async_trait::async_trait]
+    impl ToolHandler for Found {
+        fn descriptor(&self) -> ToolDescriptor {
+            ToolDescriptor {
+                lookup: true,
+                ..ToolDescriptor::side_effect("pay", 1)
+            }
+        }
+        async fn perform(&self, _: ToolRequest) -> std::result::Result<PerformOutcome, ToolError> {
+            unreachable!("caller-driven")
+        }
+    }
+
+    fn lookups_kept(exec: &Executor) -> usize {
+        exec.inner.attempts.lock().unwrap().lookups.len()
+    }
+
+    /// A Lookup handed out and never reported (the caller was interrupted:
+    /// Python drops the one an interrupted attempt's report hands out) was
+    /// kept for the life of the executor once the call was settled by
+    /// another report: one entry per such call, never freed.
+    #[test]
+    fn a_settled_call_keeps_no_lookup_hand_out() {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let ledger = Ledger::open_in_memory(LedgerConfig::default(), clock).unwrap();
+        let exec = Executor::new(Arc::new(ledger), super::super::ExecutorConfig::default());
+        exec.register(Arc::new(Found)).unwrap();
+        for n in 0..3 {
+            let op = OperationId::new(format!("op{n}")).unwrap();
+            let call = ToolCall::custom("c1", "pay", "{}");
+            let CallerStep::Perform(a1) = exec.start(&op, 0, call.clone()).unwrap() else {
+                panic!()
+            };
+            let step = exec
+                .report(
+                    &a1,
+                    Ok(PerformOutcome::Unknown {
+                        reason: "interrupted".into(),
+                    }),
+                )
+                .unwrap();
+            // Dropped: its caller was interrupted.
+            let CallerStep::Lookup(_) = step else {
+                panic!("{step:?}")
+            };
+            let CallerStep::Lookup(l) = exec.start(&op, 0, call).unwrap() else {
+                panic!()
+            };
+            let step = exec
+                .report_lookup(
+                    &l,
+                    Ok(LookupOutcome::Found {
+                        result_json: "{}".into(),
+                        external_id: None,
+                    }),
+                )
+                .unwrap();
+            assert!(
+                matches!(step, CallerStep::Done(CallOutcome::Completed { .. })),
+                "{step:?}"
+            );
+        }
+        assert_eq!(lookups_kept(&exec), 0);
     }
 }

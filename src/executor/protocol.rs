@@ -580,6 +580,9 @@ impl Executor {
 
     /// The step a resolution leads to.
     pub(super) fn after_resolution(&self, attempt: &AttemptId, resolved: Resolved) -> Step {
+        // Settled or resent (here, by `recover` or by the app): no lookup
+        // handed out for the unknown attempt counts any more.
+        self.forget_lookups(&attempt.execution_id);
         match resolved {
             Resolved::Retry(t) => Step::Perform(t),
             Resolved::Committed(r) | Resolved::Partial(r) => Step::Done(completed(r, false)),

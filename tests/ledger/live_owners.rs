@@ -742,3 +742,84 @@ fn a_report_of_a_live_other_sessions_current_attempt_is_still_refused() {
     };
     assert_eq!(result_json, r#"{"sent":true}"#);
 }
+
+/// Two callers get a lookup for the same unknown attempt: the early one at
+/// T0 + 119 s (inside the 120 s window), the late one at T0 + 125 s. The
+/// early caller looks (nothing yet); the request lands at T0 + 119.5 s. The
+/// late caller's lookup fails (a network error) and it reports that first:
+/// its report took the *earliest* hand-out, so the early caller's "not
+/// found", reported next, was judged by the late hand-out (after the
+/// window), taken as proof, and the call was resent: two payments. A report
+/// that proves nothing (a failed lookup) must not take the hand-out a "not
+/// found" would be judged by.
+#[test]
+fn a_failed_lookups_report_leaves_an_early_not_found_judged_by_its_own_hand_out() {
+    use toolledger::executor::{CallOutcome, CallerStep, LookupOutcome, PerformOutcome, ToolError};
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, clock) = open_at(&dir.path().join("l.db"));
+    let service = std::sync::Arc::new(LookupService::default());
+    let tool = std::sync::Arc::new(SlowLookupPay {
+        service: service.clone(),
+        clock: clock.clone(),
+        in_flight: Mutex::new(None),
+        lookup_ms: std::sync::atomic::AtomicI64::new(0),
+        lands_after_ms: 0,
+        batch: false,
+    });
+    let exec =
+        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
+    exec.register(tool).unwrap();
+    let call = call("c1", "pay", r#"{"amount":"12.50"}"#);
+    let CallerStep::Perform(a1) = exec.start(&op("o"), 0, call.clone()).unwrap() else {
+        panic!()
+    };
+    let key = a1.request.downstream_key.as_str().to_owned();
+    let step = exec
+        .report(
+            &a1,
+            Ok(PerformOutcome::Unknown {
+                reason: "timed out".into(),
+            }),
+        )
+        .unwrap();
+    // The reporting caller runs the lookup it is handed at once: nothing.
+    let CallerStep::Lookup(first) = step else {
+        panic!("{step:?}")
+    };
+    let step = exec
+        .report_lookup(&first, Ok(LookupOutcome::NotFound))
+        .unwrap();
+    assert!(
+        matches!(step, CallerStep::Done(CallOutcome::Unknown { .. })),
+        "{step:?}"
+    );
+    clock.advance(119_000);
+    let CallerStep::Lookup(early) = exec.start(&op("o"), 0, call.clone()).unwrap() else {
+        panic!()
+    };
+    assert!(!service.found(&key));
+    clock.advance(500);
+    service.send(&key);
+    clock.advance(5_500);
+    let CallerStep::Lookup(late) = exec.start(&op("o"), 0, call.clone()).unwrap() else {
+        panic!()
+    };
+    let step = exec
+        .report_lookup(&late, Err(ToolError::new("connection reset")))
+        .unwrap();
+    assert!(
+        matches!(step, CallerStep::Done(CallOutcome::Unknown { .. })),
+        "{step:?}"
+    );
+    let step = exec
+        .report_lookup(&early, Ok(LookupOutcome::NotFound))
+        .unwrap();
+    if let CallerStep::Perform(_) = &step {
+        service.send(&key);
+    }
+    assert_eq!(service.effects(&key), 1, "two payments ({step:?})");
+    assert!(
+        matches!(step, CallerStep::Done(CallOutcome::Unknown { .. })),
+        "{step:?}"
+    );
+}

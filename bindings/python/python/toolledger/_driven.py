@@ -75,11 +75,20 @@ _INTERRUPTED_RESEND = "the caller was interrupted before this resend"
 
 
 def _report_raised(native: Any, attempt: Any, e: BaseException) -> None:
-    """Reports a ``Perform`` attempt out of which ``e`` escapes."""
-    if CONTROL_FLOW and isinstance(e, CONTROL_FLOW):
-        _abandon(native, attempt, _PAUSED)
-    else:
-        _report_interrupted(native, attempt)
+    """Reports a ``Perform`` attempt out of which ``e`` escapes. A report
+    that cannot be recorded (the ledger suspended meanwhile, a storage
+    error) is logged, never raised in place of ``e``: the caller gets its
+    ``KeyboardInterrupt`` or ``CancelledError``, and the library keeps the
+    attempt whose report failed as its orphan (the next ask reconciles it;
+    it is not left in flight)."""
+    try:
+        if CONTROL_FLOW and isinstance(e, CONTROL_FLOW):
+            _abandon(native, attempt, _PAUSED)
+        else:
+            _report_interrupted(native, attempt)
+    except Exception as failed:  # noqa: BLE001 - `e` goes on; this one is logged
+        _log.error("toolledger: the report of an interrupted attempt (%s) could not be recorded: "
+                   "%s; the next ask reconciles it", type(e).__name__, type(failed).__name__)
 
 
 def _abandon(native: Any, attempt: Any, reason: str) -> Any:
