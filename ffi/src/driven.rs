@@ -182,6 +182,28 @@ impl ToolExecutor {
             .into())
     }
 
+    /// Reports that the caller was interrupted (cancelled, a
+    /// `KeyboardInterrupt`) while it ran side-effecting `Perform` attempt
+    /// `attempt` of `execution_id`: the outcome is unknown, and unlike a
+    /// `report_attempt` of `Unknown` nothing is handed out (no same-key
+    /// resend an interrupted caller would not run); the next ask reconciles
+    /// it. An attempt this executor has not outstanding changes nothing and
+    /// gets the current truth. Keep argument values out of `reason`.
+    ///
+    /// # Errors
+    /// `NotFound`, `UnknownTool`, `Storage`.
+    pub fn report_interrupted(
+        &self,
+        execution_id: ExecutionId,
+        attempt: u32,
+        reason: String,
+    ) -> Result<CallerStep> {
+        Ok(self
+            .inner
+            .report_interrupted(&execution_id, attempt, &reason)?
+            .into())
+    }
+
     /// Reports that the caller never sent side-effecting `Perform` attempt
     /// `attempt` of `execution_id` (it was interrupted — cancelled, a
     /// `KeyboardInterrupt` — after it got the attempt and before the request

@@ -294,6 +294,55 @@ impl Executor {
         self.hand_over(&desc, step)
     }
 
+    /// Reports that the caller was interrupted while it ran side-effecting
+    /// attempt `attempt` of `id` (a cancelled task, a `KeyboardInterrupt`):
+    /// the request may have left, so the outcome is unknown. Unlike a
+    /// report of `Unknown`, which answers the next step at once (for a key
+    /// tool a same-key resend, already executing, that an interrupted
+    /// caller would not run), nothing is handed out: the call is left
+    /// unknown for the next ask (or `recover()`) to reconcile — a resend
+    /// under the same key, a lookup, or the unknown outcome for the app —
+    /// and a caller interrupted again while this report returns leaves
+    /// nothing running. An attempt this executor has not outstanding
+    /// changes nothing and gets the current truth. `reason` is stored.
+    ///
+    /// # Errors
+    /// [`Error::CallerDriven`] for a read-only tool's call; ledger errors
+    /// (`NotFound`, storage: the attempt is then this executor's orphan,
+    /// reconciled at the next ask).
+    pub fn report_interrupted(
+        &self,
+        id: &ExecutionId,
+        attempt: u32,
+        reason: &str,
+    ) -> Result<CallerStep> {
+        let Some(tool_name) = self.driven_tool(id, attempt) else {
+            return Ok(CallerStep::Done(self.current_outcome(id)?));
+        };
+        let desc = self.side_effect_descriptor(&tool_name)?;
+        let Some(driven) = self.take_driven(id, attempt) else {
+            return Ok(CallerStep::Done(self.current_outcome(id)?));
+        };
+        self.metrics_sink()
+            .latency(&desc.name, driven.started.elapsed());
+        let recorded = self
+            .ledger()
+            .mark_outcome_unknown(&driven.ticket.attempt_id(), reason)
+            .map(|_| {
+                self.metrics_sink().outcome_unknown(&desc.name);
+                Step::Done(CallOutcome::Unknown {
+                    execution_id: id.clone(),
+                    attempt,
+                    reason: reason.to_owned(),
+                    retry_after: None,
+                })
+            });
+        let step = self
+            .or_current(id, recorded)
+            .inspect_err(|_| self.orphan(id, attempt))?;
+        self.hand_over(&desc, step)
+    }
+
     /// Reports that the caller never sent side-effecting attempt `attempt`
     /// of `id`, which this executor handed out (`Perform`) and which has
     /// not been reported: the caller was interrupted after it got the

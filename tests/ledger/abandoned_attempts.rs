@@ -233,3 +233,76 @@ fn an_abandoned_resend_counts_towards_max_attempts() {
     assert_eq!(service.posts().len(), 1);
     assert_eq!(service.effects().len(), 1);
 }
+
+/// `report_interrupted`: the caller was interrupted while its attempt may
+/// have been sent. Unknown, and nothing handed out (a report of `Unknown`
+/// answers a same-key resend at once, which an interrupted caller would
+/// not run); the next ask resends under the same key, once.
+#[test]
+fn an_interrupted_attempt_is_unknown_with_nothing_handed_out_and_the_next_ask_resends_it() {
+    for window in [Duration::ZERO, Duration::from_secs(120)] {
+        let dir = tempfile::tempdir().unwrap();
+        let service = key_service();
+        let exec = key_executor(dir.path(), &service, window);
+        let a1 = perform_of(exec.start(&op("op"), 0, pay()).unwrap());
+        assert!(matches!(
+            perform(&service, &a1.request),
+            Ok(PerformOutcome::Committed { .. })
+        ));
+        let step = exec
+            .report_interrupted(&a1.request.execution_id, 1, "cancelled")
+            .unwrap();
+        let CallerStep::Done(CallOutcome::Unknown { attempt: 1, .. }) = step else {
+            panic!("window {window:?}: {step:?}")
+        };
+        assert_eq!(
+            status(&exec, &a1),
+            (ExecutionStatus::OutcomeUnknown, 1),
+            "window {window:?}"
+        );
+        // A second interrupted report of it, or of a number never handed
+        // out, changes nothing.
+        for n in [1, 2] {
+            let again = exec
+                .report_interrupted(&a1.request.execution_id, n, "cancelled")
+                .unwrap();
+            assert!(
+                matches!(again, CallerStep::Done(CallOutcome::Unknown { .. })),
+                "{again:?}"
+            );
+        }
+        assert_eq!(status(&exec, &a1), (ExecutionStatus::OutcomeUnknown, 1));
+
+        let (out, performs, _) = drive(&exec, &service, exec.start(&op("op"), 0, pay()).unwrap());
+        assert!(matches!(out, CallOutcome::Completed { .. }), "{out:?}");
+        assert_eq!(performs, 1, "window {window:?}");
+        assert_eq!(status(&exec, &a1), (ExecutionStatus::Committed, 2));
+        assert_eq!(service.effects().len(), 1, "window {window:?}");
+        assert_eq!(service.posts().len(), 2, "window {window:?}");
+    }
+}
+
+/// With neither key nor lookup, an interrupted attempt stays unknown for
+/// the app: the next ask says so and sends nothing.
+#[test]
+fn an_interrupted_neither_tool_attempt_is_never_resent() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Downstream::start(Behaviour::default());
+    let exec = executor_at(&dir.path().join("l.db"));
+    exec.register(tool(&service, false, false)).unwrap();
+    let a1 = perform_of(exec.start(&op("op"), 0, pay()).unwrap());
+    let _ = perform(&service, &a1.request);
+    let step = exec
+        .report_interrupted(&a1.request.execution_id, 1, "cancelled")
+        .unwrap();
+    assert!(
+        matches!(step, CallerStep::Done(CallOutcome::Unknown { .. })),
+        "{step:?}"
+    );
+    let again = exec.start(&op("op"), 0, pay()).unwrap();
+    assert!(
+        matches!(again, CallerStep::Done(CallOutcome::Unknown { .. })),
+        "{again:?}"
+    );
+    assert_eq!(service.posts().len(), 1);
+}

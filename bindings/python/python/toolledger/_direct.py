@@ -350,6 +350,10 @@ class Steps:
         # Rare (an interrupted caller): the generated call.
         return self.native.abandon_attempt(execution_id, attempt, reason)
 
+    def report_interrupted(self, execution_id: str, attempt: int, reason: str) -> Any:
+        # Rare (an interrupted caller): the generated call.
+        return self.native.report_interrupted(execution_id, attempt, reason)
+
     def report(self, attempt: Any, outcome: Any) -> Any:
         _Attempt.check_lower(attempt)
         _Perform.check_lower(outcome)

@@ -71,7 +71,6 @@ CONTROL_FLOW: tuple = ()
 
 _PAUSED = "the framework paused the tool (control flow, not an error); it runs again on resume"
 
-_INTERRUPTED_RESEND = "the caller was interrupted before this resend"
 
 
 def _report_raised(native: Any, attempt: Any, e: BaseException) -> None:
@@ -107,18 +106,17 @@ _log = logging.getLogger("toolledger")
 
 def _report_interrupted(native: Any, attempt: Any) -> None:
     """Reports an interrupted ``Perform`` attempt as an unknown outcome (the
-    request may have left). For a tool with an idempotency key that report
-    answers the same-key resend at once: a new attempt, already executing,
-    which this caller will never run. It is abandoned (reported never sent):
-    the call stays unknown, not ``InFlight`` in this process, and the next
-    ask reconciles it (for a key tool: the same key sent again, which the
-    downstream dedupes). A "not sent" report (``FAILED_BEFORE_COMMIT``) of
-    the resend would be evidence that the earlier request did not land, and
-    an ``UNKNOWN`` one would hand out the next resend at once, using the
-    call's attempts up."""
-    step = _report(native, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
-    if type(step) is _PERFORM and not step.attempt.read_only:
-        _abandon(native, step.attempt, _INTERRUPTED_RESEND)
+    request may have left), with ``report_interrupted``: unlike a report of
+    ``UNKNOWN``, it hands nothing out (for a key tool, a same-key resend that
+    this caller would never run), so the call is unknown, not ``InFlight`` in
+    this process, even if a second interruption arrives as the report
+    returns; the next ask reconciles it (for a key tool: the same key sent
+    again, which the downstream dedupes)."""
+    if attempt.read_only:
+        _report(native, attempt, _ffi.PerformOutcome.UNKNOWN(reason=_INTERRUPTED))
+        return
+    request = attempt.request
+    native.report_interrupted(request.execution_id, request.attempt, _INTERRUPTED)
 
 
 def _settler(native: Any) -> Any:

@@ -4,13 +4,13 @@ the idempotency key. The call must not stay InFlight for as long as this
 process lives (it did: the same-key resend the unknown report handed out was
 never run nor reported), and the ledger must not say anything it does not
 know: the effect may have happened, so its outcome is unknown until the
-call is asked again. The unsent resend is abandoned (``abandon_attempt``),
-not reported "not sent" (with a short landing window that would let the
-library take the earlier attempt as absent: ``test_interrupted_resends.py``)
-nor unknown (which handed out the next resend at once until the attempts
-ran out, so the repeat could only say ``OutcomeUnknown``). The repeat sends
-the same key again; the server dedupes it and the first email's result
-comes back.
+call is asked again. It is reported with ``report_interrupted``, which
+hands nothing out: an ``UNKNOWN`` report handed out a same-key resend that
+nobody ran, and reporting that one unknown handed out the next until the
+attempts ran out (the repeat could only say ``OutcomeUnknown``); reporting
+it "not sent" would let the library take the earlier attempt as absent
+(``test_interrupted_resends.py``). The repeat sends the same key again; the
+server dedupes it and the first email's result comes back.
 """
 
 import asyncio
@@ -81,8 +81,8 @@ def test_mcp_call_cancelled_mid_request_is_not_left_in_flight(runtime):
                 cancelled.append((stored.status, stored.attempt_count))
 
     asyncio.run(asyncio.wait_for(cancelled_only(), 30))
-    assert cancelled == [(tl.ExecutionStatus.OUTCOME_UNKNOWN, 2)], (
-        f"after the cancellation: {cancelled!r} (unknown, one attempt sent and one abandoned)")
+    assert cancelled == [(tl.ExecutionStatus.OUTCOME_UNKNOWN, 1)], (
+        f"after the cancellation: {cancelled!r} (unknown at the attempt that was sent, nothing handed out)")
     slow[0] = False
     again = asyncio.run(asyncio.wait_for(repeat(), 30))
     (stored,) = runtime.ledger.list("conv:1")

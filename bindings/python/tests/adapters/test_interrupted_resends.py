@@ -30,9 +30,9 @@ def test_interrupted_key_tool_is_not_recorded_failed_before_commit(tmp_path, win
         assert len(effects) == 1
         (rec,) = rt.ledger.list("conv:1")
         print("status", rec.status, "attempts", rec.attempt_count, "reason", rec.last_reason)
-        # Unknown (the effect may have happened): attempt 1 sent, the same-key
-        # resend it was handed abandoned (never sent), nothing else used.
-        assert (rec.status, rec.attempt_count) == (tl.ExecutionStatus.OUTCOME_UNKNOWN, 2), (
+        # Unknown (the effect may have happened): attempt 1, reported
+        # interrupted; nothing handed out after it.
+        assert (rec.status, rec.attempt_count) == (tl.ExecutionStatus.OUTCOME_UNKNOWN, 1), (
             f"{rec.status} at attempt {rec.attempt_count}: {rec.last_reason!r}")
     finally:
         rt.close()
@@ -53,10 +53,11 @@ def test_recover_never_reports_the_interrupted_effect_as_failed(tmp_path):
                     lambda: send({"to": "a@example.com"}))
         import asyncio
         rec = asyncio.run(rt.executor.recover())
-        # recover() resends under the same key (attempt 3, the last); the tool
-        # is interrupted again, which is its error there: unknown, never Failed.
+        # recover() resends under the same key (attempts 2 and 3, the last);
+        # the tool is interrupted again each time, which is its error there:
+        # unknown, never Failed.
         (out,) = rec.outcomes
         assert isinstance(out, tl.Unknown), f"recover() says {out!r}"
-        assert len(effects) == 2
+        assert len(effects) == 3
     finally:
         rt.close()
