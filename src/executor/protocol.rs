@@ -354,7 +354,14 @@ impl Executor {
     }
 
     /// For an attempt resent under its key while an earlier request may
-    /// still land: how long that remains so. `None` otherwise.
+    /// still land (`earlier_unknown`, set when the resend was handed out
+    /// inside the landing window): how long that remains so, zero once the
+    /// window has passed. `None` otherwise. A refusal of such a resend never
+    /// proves the earlier request absent, however late it is reported: the
+    /// downstream refused it when it received it, which was no earlier than
+    /// the hand-out, inside the window (a caller-driven report held past the
+    /// window, or a slow answer, said "in progress" about a request that
+    /// then landed).
     pub(super) fn earlier_may_land(
         &self,
         desc: &ToolDescriptor,
@@ -363,7 +370,7 @@ impl Executor {
         let earlier = ticket.earlier_unknown.as_ref()?;
         let window = i64::try_from(desc.landing_window.as_millis()).unwrap_or(i64::MAX);
         let left = window.saturating_sub(self.ledger().clock().monotonic().since(earlier));
-        (left > 0).then(|| Duration::from_millis(u64::try_from(left).unwrap_or(0)))
+        Some(Duration::from_millis(u64::try_from(left).unwrap_or(0)))
     }
 
     /// How long until a lookup's "not found" for `ticket` counts as absent:

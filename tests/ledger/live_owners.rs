@@ -823,3 +823,112 @@ fn a_failed_lookups_report_leaves_an_early_not_found_judged_by_its_own_hand_out(
         "{step:?}"
     );
 }
+
+/// A key tool run by the caller (caller-driven only).
+struct KeyPay;
+
+#[async_trait::async_trait]
+impl toolledger::executor::ToolHandler for KeyPay {
+    fn descriptor(&self) -> toolledger::executor::ToolDescriptor {
+        toolledger::executor::ToolDescriptor {
+            idempotency_key: true,
+            landing_window: Duration::from_secs(120),
+            ..toolledger::executor::ToolDescriptor::side_effect("pay", 1)
+        }
+    }
+
+    async fn perform(
+        &self,
+        _req: toolledger::executor::ToolRequest,
+    ) -> Result<toolledger::executor::PerformOutcome, toolledger::executor::ToolError> {
+        unreachable!("caller-driven only")
+    }
+}
+
+/// Found by the seeded simulation (seed 20264590, once it held
+/// caller-driven reports back). A same-key resend handed out inside the
+/// landing window is refused by the downstream ("409: the earlier request
+/// with this key is in progress"), and its report arrives after the window
+/// (the app held it, or the answer was slow). The refusal said the earlier
+/// request was still in progress when the downstream received the resend,
+/// inside the window: it proves nothing, however late it is reported. It
+/// was judged at the report's time and recorded `failed_before_commit` (for
+/// good, with `retryable: false`) while the earlier request landed.
+#[test]
+fn a_resend_refused_inside_the_window_proves_nothing_however_late_it_is_reported() {
+    use toolledger::executor::{CallOutcome, CallerStep, PerformOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (ledger, clock) = open_at(&path);
+    let exec =
+        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
+    exec.register(std::sync::Arc::new(KeyPay)).unwrap();
+    let call = call("c1", "pay", r#"{"amount":"12.50"}"#);
+    let CallerStep::Perform(a1) = exec.start(&op("o"), 0, call.clone()).unwrap() else {
+        panic!()
+    };
+    // Effects at the downstream, by key: the first request is on the wire.
+    let mut effects: HashMap<String, u32> = HashMap::new();
+    let key = a1.request.downstream_key.as_str().to_owned();
+    let step = exec
+        .report(
+            &a1,
+            Ok(PerformOutcome::Unknown {
+                reason: "timed out".into(),
+            }),
+        )
+        .unwrap();
+    let CallerStep::Perform(a2) = step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(a2.request.downstream_key.as_str(), key);
+    // The resend reaches the downstream while the first is in progress: 409.
+    // Then the first lands; the refusal is reported after the window.
+    *effects.entry(key.clone()).or_default() += 1;
+    clock.advance(130_000);
+    let step = exec
+        .report(
+            &a2,
+            Ok(PerformOutcome::FailedBeforeCommit {
+                reason: "409 in progress".into(),
+                retryable: false,
+            }),
+        )
+        .unwrap();
+    assert!(
+        matches!(step, CallerStep::Done(CallOutcome::Unknown { .. })),
+        "{step:?}"
+    );
+    let rec = exec
+        .ledger()
+        .get(&a2.request.execution_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        rec.status,
+        ExecutionStatus::OutcomeUnknown,
+        "{:?}",
+        rec.last_reason
+    );
+    // Asked again: the same key once more; the downstream answers it from its
+    // key store (the first effect); one effect.
+    let step = exec.start(&op("o"), 0, call.clone()).unwrap();
+    let CallerStep::Perform(a3) = step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(a3.request.downstream_key.as_str(), key);
+    let done = exec
+        .report(
+            &a3,
+            Ok(PerformOutcome::Committed {
+                result_json: r#"{"paid":1}"#.into(),
+                external_id: None,
+            }),
+        )
+        .unwrap();
+    assert!(
+        matches!(done, CallerStep::Done(CallOutcome::Completed { .. })),
+        "{done:?}"
+    );
+    assert_eq!(effects.get(&key), Some(&1));
+}
