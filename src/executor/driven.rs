@@ -469,25 +469,21 @@ impl Executor {
         {
             return Ok(None);
         }
-        // What a new ask does with it: a live owner's attempt is `InFlight`
-        // (nothing written), a dead owner's becomes unknown (`Reconcile`).
-        match ledger.continue_execution(id)? {
-            Begin::Reconcile(taken) if taken.attempt == ticket.attempt => {
-                let found = Ok(LookupOutcome::Found {
-                    result_json: result_json.to_owned(),
-                    external_id: external_id.clone(),
-                });
-                self.reconcile_after_lookup(desc, taken, found, None)
-                    .map(Some)
-            }
-            // Moved on meanwhile and a new attempt was begun for nobody:
-            // this executor's orphan, reconciled at the next ask.
-            Begin::Execute(started) => {
-                self.orphan(id, started.attempt);
-                Ok(None)
-            }
-            _ => Ok(None),
-        }
+        // What a new ask does with it: a live owner's attempt is left
+        // alone (nothing written), a dead owner's becomes unknown. Never a
+        // new attempt: had the row moved on since the check (the owner's
+        // own refusal, retryable), `continue_execution` started the next
+        // attempt, owned here and run by nobody (`InFlight` to everyone
+        // else, the owner's retry included, for the life of this process).
+        let Some(taken) = ledger.take_over_dead_attempt(&ticket.attempt_id())? else {
+            return Ok(None);
+        };
+        let found = Ok(LookupOutcome::Found {
+            result_json: result_json.to_owned(),
+            external_id: external_id.clone(),
+        });
+        self.reconcile_after_lookup(desc, taken, found, None)
+            .map(Some)
     }
 
     /// Records a reported outcome (the ledger's fence decides whether it
