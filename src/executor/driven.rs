@@ -37,7 +37,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::protocol::{request_for, Reconciling, Step};
+use super::protocol::{request_for, storable_result, Reconciling, Step};
 use super::readonly::{self, ReadOnlyNext};
 use super::tool::{
     BatchMode, EffectClass, LookupOutcome, PerformOutcome, ToolDescriptor, ToolError, ToolHandler,
@@ -45,7 +45,7 @@ use super::tool::{
 };
 use super::{CallOutcome, Error, Executor, Result};
 use crate::crashpoint::{self, CrashPoint};
-use crate::ledger::{self, Begin, CallSpec, Ticket};
+use crate::ledger::{self, Begin, CallSpec, Resolution, Ticket};
 use crate::model::{ExecutionId, ExecutionStatus, OperationId, ToolCall};
 
 /// One attempt (or lookup) that the caller runs itself. Its execution id and
@@ -441,7 +441,7 @@ impl Executor {
         } = &outcome
         {
             if let Some(step) =
-                self.settle_a_dead_owners_attempt(desc, &ticket, result_json, external_id)?
+                self.settle_a_dead_owners_attempt(&ticket, result_json, external_id)?
             {
                 return Ok(step);
             }
@@ -453,7 +453,6 @@ impl Executor {
     /// the current one of a running execution owned by a dead session.
     fn settle_a_dead_owners_attempt(
         &self,
-        desc: &ToolDescriptor,
         ticket: &Ticket,
         result_json: &str,
         external_id: &Option<String>,
@@ -469,24 +468,37 @@ impl Executor {
         {
             return Ok(None);
         }
-        // What a new ask does with it: a live owner's attempt is `InFlight`
-        // (nothing written), a dead owner's becomes unknown (`Reconcile`).
-        match ledger.continue_execution(id)? {
-            Begin::Reconcile(taken) if taken.attempt == ticket.attempt => {
-                let found = Ok(LookupOutcome::Found {
-                    result_json: result_json.to_owned(),
-                    external_id: external_id.clone(),
-                });
-                self.reconcile_after_lookup(desc, taken, found, None)
-                    .map(Some)
+        // What a new ask does with it: a live owner's attempt is left
+        // alone (nothing written), a dead owner's becomes unknown. Never a
+        // new attempt: had the row moved on since the check (the owner's
+        // own refusal, retryable), `continue_execution` started the next
+        // attempt, owned here and run by nobody (`InFlight` to everyone
+        // else, the owner's retry included, for the life of this process).
+        let Some(taken) = ledger.take_over_dead_attempt(&ticket.attempt_id())? else {
+            return Ok(None);
+        };
+        // Settled as a lookup that found it settles it, with one
+        // difference: committed meanwhile by another reconciler (another
+        // session's lookup), the row's result is not this report's answer
+        // as if two reconcilers had sent nothing (`or_current`): this
+        // report carries an effect, perhaps another one (another external
+        // id). It goes on as a report refused would (`None`: the fence
+        // keeps it as evidence, or the commit refuses a different result).
+        let attempt = taken.attempt_id();
+        let resolved = ledger.resolve_unknown(
+            &attempt,
+            Resolution::Found {
+                result_json: storable_result(result_json.to_owned(), &ledger.config().json_limits),
+                external_id: external_id.clone(),
+            },
+        );
+        match resolved {
+            Ok(r) => {
+                self.metrics_sink().reconciled(true);
+                Ok(Some(self.after_resolution(&attempt, r)))
             }
-            // Moved on meanwhile and a new attempt was begun for nobody:
-            // this executor's orphan, reconciled at the next ask.
-            Begin::Execute(started) => {
-                self.orphan(id, started.attempt);
-                Ok(None)
-            }
-            _ => Ok(None),
+            Err(ledger::Error::InvalidTransition { from, .. }) if from.is_committed() => Ok(None),
+            Err(e) => self.or_current(id, Err(e)).map(Some),
         }
     }
 

@@ -306,6 +306,55 @@ impl Ledger {
         })
     }
 
+    /// What a new ask does with attempt `attempt` of its execution, for
+    /// that attempt alone: when it is the current one and already unknown,
+    /// or running in a session that is dead (marked unknown here, as
+    /// `continue_execution` marks it), the `Reconcile` ticket; `None`,
+    /// with nothing written, for anything else — another attempt, a live
+    /// or suspended owner, this session's own, a finished or failed call.
+    /// Unlike `continue_execution` it never starts an attempt: a caller
+    /// that reports a result for `attempt` must not begin the next one
+    /// (owned by its session, run by nobody) when the row moved on between
+    /// its check and this transaction.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub(crate) fn take_over_dead_attempt(&self, attempt: &AttemptId) -> Result<Option<Ticket>> {
+        let now = self.now();
+        let mono = self.clock.monotonic();
+        self.write(Durability::Full, |dao| {
+            let Some(mut rec) = dao.execution(&attempt.execution_id)? else {
+                return Ok(None);
+            };
+            if rec.attempt_count != attempt.attempt {
+                return Ok(None);
+            }
+            match rec.status {
+                ExecutionStatus::OutcomeUnknown => {
+                    if rec.unknown_since.is_none() {
+                        // A record of schema version 3: its window starts now.
+                        dao.stamp_unknown(&rec.execution_id, &mono)?;
+                        rec.unknown_since = Some(mono.clone());
+                    }
+                    Ok(Some(Ticket::from_record(&rec)))
+                }
+                ExecutionStatus::Executing => {
+                    match self.liveness_of(dao, rec.owner_session.as_ref(), &mono)? {
+                        Liveness::Dead(reason) => Ok(
+                            if self.abandon_attempt(dao, &mut rec, reason, &mono, now)? {
+                                Some(Ticket::from_record(&rec))
+                            } else {
+                                None
+                            },
+                        ),
+                        Liveness::Alive | Liveness::Suspended { .. } => Ok(None),
+                    }
+                }
+                _ => Ok(None),
+            }
+        })
+    }
+
     pub(super) fn prepare<'a>(
         &self,
         op: &OperationId,

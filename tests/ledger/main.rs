@@ -24,6 +24,7 @@ mod idempotency;
 mod in_place;
 mod inspect;
 mod jobs_and_webhooks;
+mod late_reports;
 mod live_owners;
 mod migrations;
 mod ownership;
