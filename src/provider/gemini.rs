@@ -599,9 +599,7 @@ mod tests {
         // the count of calls was even checked. Now it is looked up.
         let n = 30_000;
         let mut parts = Vec::with_capacity(2 * n);
-        for _ in 0..n {
-            parts.push(r#"{"functionCall":{"name":"a"}}"#);
-        }
+        parts.extend(std::iter::repeat_n(r#"{"functionCall":{"name":"a"}}"#, n));
         for i in 0..n {
             parts.push(if i % 2 == 0 {
                 r#"{"functionResponse":{"name":"b"}}"#
