@@ -222,6 +222,17 @@ impl Executor {
                 }
             });
         }
+        // The attempt is reported under the tool it was handed out for (or
+        // the stored execution's): another tool's name would apply that
+        // tool's rules (its durability policy, its reconciliation) to this
+        // execution. Checked before the attempt is taken.
+        let real_tool = match self.driven_tool(&request.execution_id, request.attempt) {
+            Some(name) => name,
+            None => self.ticket_of(&request.execution_id, request.attempt)?.0,
+        };
+        if real_tool != desc.name {
+            return Err(Error::CallerDriven(request.tool_name.clone()));
+        }
         let (ticket, outcome) = match self.take_driven(&request.execution_id, request.attempt) {
             Some(driven) => {
                 self.metrics_sink()

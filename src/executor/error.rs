@@ -20,9 +20,10 @@ pub enum Error {
     #[error("tool {0}: an independent batch needs an \"items\" array in its arguments")]
     BatchShape(String),
     /// A caller-driven step ([`super::Executor::start`] …) that this tool
-    /// does not offer (an independent batch), or an attempt whose kind
-    /// (read-only or not) is not its tool's; nothing was recorded.
-    #[error("tool {0}: not available to caller-driven calls (independent batch) or not this tool's kind of attempt")]
+    /// does not offer (an independent batch), an attempt whose kind
+    /// (read-only or not) is not its tool's, or an attempt reported under
+    /// another tool's name; nothing was recorded.
+    #[error("tool {0}: not available to caller-driven calls (independent batch), or not this tool's attempt")]
     CallerDriven(String),
     /// The executor's internals failed (a poisoned lock, a panicked task).
     #[error("executor internal error: {0}")]

@@ -306,3 +306,44 @@ fn an_interrupted_neither_tool_attempt_is_never_resent() {
     );
     assert_eq!(service.posts().len(), 1);
 }
+
+/// A report under another registered tool's name (a caller mixing up its
+/// attempts) would apply that tool's rules to this execution — a key tool's
+/// deferred commit to a neither-tool's result, its reconciliation. It is
+/// refused before the attempt is taken: the attempt stays outstanding and
+/// its own report commits.
+#[test]
+fn a_report_under_another_tools_name_is_refused_and_changes_nothing() {
+    use toolledger::executor::Error;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = key_service();
+    let exec = executor_at(&path);
+    // "pay": neither key nor lookup; "pay_key": a key tool.
+    exec.register(tool(&service, false, false)).unwrap();
+    let key_desc = ToolDescriptor {
+        idempotency_key: true,
+        ..ToolDescriptor::side_effect("pay_key", 1)
+    };
+    exec.register(Arc::new(HttpTool::new(key_desc, Kind::Effect, &service)))
+        .unwrap();
+    let a1 = perform_of(exec.start(&op("op"), 0, pay()).unwrap());
+    let outcome = perform(&service, &a1.request);
+    let mut renamed = a1.clone();
+    renamed.request.tool_name = "pay_key".into();
+    let refused = exec.report(&renamed, outcome.clone());
+    assert!(
+        matches!(refused, Err(Error::CallerDriven(ref name)) if name == "pay_key"),
+        "{refused:?}"
+    );
+    assert_eq!(status(&exec, &a1), (ExecutionStatus::Executing, 1));
+    // Not taken: the attempt's own report still commits it (durably: the
+    // neither-tool's rules).
+    let done = exec.report(&a1, outcome).unwrap();
+    assert!(
+        matches!(done, CallerStep::Done(CallOutcome::Completed { .. })),
+        "{done:?}"
+    );
+    assert_eq!(status(&exec, &a1).0, ExecutionStatus::Committed);
+    assert_eq!(service.effects().len(), 1);
+}
