@@ -259,6 +259,41 @@ struct SlowLookupPay {
     batch: bool,
 }
 
+/// A ledger on a manual clock with a [`SlowLookupPay`] registered (no
+/// perform timeout): what the landing-window tests start from. The
+/// directory lives as long as the value.
+struct SlowLookupSetup {
+    exec: toolledger::executor::Executor,
+    tool: std::sync::Arc<SlowLookupPay>,
+    service: std::sync::Arc<LookupService>,
+    clock: ManualClockRef,
+    _dir: tempfile::TempDir,
+}
+
+fn slow_lookup_setup(lands_after_ms: i64, batch: bool) -> SlowLookupSetup {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, clock) = open_at(&dir.path().join("l.db"));
+    let service = std::sync::Arc::new(LookupService::default());
+    let tool = std::sync::Arc::new(SlowLookupPay {
+        service: service.clone(),
+        clock: clock.clone(),
+        in_flight: Mutex::new(None),
+        lookup_ms: std::sync::atomic::AtomicI64::new(0),
+        lands_after_ms,
+        batch,
+    });
+    let exec =
+        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
+    exec.register(tool.clone()).unwrap();
+    SlowLookupSetup {
+        exec,
+        tool,
+        service,
+        clock,
+        _dir: dir,
+    }
+}
+
 impl SlowLookupPay {
     /// Applies a request on the wire whose time has come.
     fn land(&self) {
@@ -337,21 +372,13 @@ impl toolledger::executor::ToolHandler for SlowLookupPay {
 /// by the time it came back, and the call is resent: two payments.
 #[test]
 fn a_not_found_seen_inside_the_landing_window_is_no_proof_however_late_it_arrives() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l.db");
-    let (ledger, clock) = open_at(&path);
-    let service = std::sync::Arc::new(LookupService::default());
-    let tool = std::sync::Arc::new(SlowLookupPay {
-        service: service.clone(),
-        clock: clock.clone(),
-        in_flight: Mutex::new(None),
-        lookup_ms: std::sync::atomic::AtomicI64::new(0),
-        lands_after_ms: 119_500,
-        batch: false,
-    });
-    let exec =
-        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
-    exec.register(tool.clone()).unwrap();
+    let SlowLookupSetup {
+        exec,
+        tool,
+        service,
+        clock,
+        _dir,
+    } = slow_lookup_setup(119_500, false);
     let call = call("c1", "pay", r#"{"amount":"12.50"}"#);
     let first = process(exec.execute(&op("o"), 0, call.clone())).unwrap();
     assert!(
@@ -399,21 +426,13 @@ fn process<F: std::future::Future>(fut: F) -> F::Output {
 #[test]
 fn a_caller_driven_not_found_is_judged_by_when_the_lookup_was_handed_out() {
     use toolledger::executor::{CallOutcome, CallerStep, LookupOutcome, PerformOutcome};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l.db");
-    let (ledger, clock) = open_at(&path);
-    let service = std::sync::Arc::new(LookupService::default());
-    let tool = std::sync::Arc::new(SlowLookupPay {
-        service: service.clone(),
-        clock: clock.clone(),
-        in_flight: Mutex::new(None),
-        lookup_ms: std::sync::atomic::AtomicI64::new(0),
-        lands_after_ms: 119_500,
-        batch: false,
-    });
-    let exec =
-        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
-    exec.register(tool.clone()).unwrap();
+    let SlowLookupSetup {
+        exec,
+        tool,
+        service,
+        clock,
+        _dir,
+    } = slow_lookup_setup(119_500, false);
     let call = call("c1", "pay", r#"{"amount":"12.50"}"#);
     let CallerStep::Perform(a1) = exec.start(&op("o"), 0, call.clone()).unwrap() else {
         panic!()
@@ -496,20 +515,13 @@ fn a_caller_driven_not_found_is_judged_by_when_the_lookup_was_handed_out() {
 #[test]
 fn two_lookups_handed_out_are_judged_by_the_earliest() {
     use toolledger::executor::{CallOutcome, CallerStep, LookupOutcome, PerformOutcome};
-    let dir = tempfile::tempdir().unwrap();
-    let (ledger, clock) = open_at(&dir.path().join("l.db"));
-    let service = std::sync::Arc::new(LookupService::default());
-    let tool = std::sync::Arc::new(SlowLookupPay {
-        service: service.clone(),
-        clock: clock.clone(),
-        in_flight: Mutex::new(None),
-        lookup_ms: std::sync::atomic::AtomicI64::new(0),
-        lands_after_ms: 0,
-        batch: false,
-    });
-    let exec =
-        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
-    exec.register(tool).unwrap();
+    let SlowLookupSetup {
+        exec,
+        tool: _,
+        service,
+        clock,
+        _dir,
+    } = slow_lookup_setup(0, false);
     let call = call("c1", "pay", r#"{"amount":"12.50"}"#);
     let CallerStep::Perform(a1) = exec.start(&op("o"), 0, call.clone()).unwrap() else {
         panic!()
@@ -567,20 +579,13 @@ fn two_lookups_handed_out_are_judged_by_the_earliest() {
 /// T0 + 121 s; the request landed in between.
 #[test]
 fn a_batch_items_not_found_seen_inside_the_landing_window_is_no_proof() {
-    let dir = tempfile::tempdir().unwrap();
-    let (ledger, clock) = open_at(&dir.path().join("l.db"));
-    let service = std::sync::Arc::new(LookupService::default());
-    let tool = std::sync::Arc::new(SlowLookupPay {
-        service: service.clone(),
-        clock: clock.clone(),
-        in_flight: Mutex::new(None),
-        lookup_ms: std::sync::atomic::AtomicI64::new(0),
-        lands_after_ms: 119_500,
-        batch: true,
-    });
-    let exec =
-        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
-    exec.register(tool.clone()).unwrap();
+    let SlowLookupSetup {
+        exec,
+        tool,
+        service,
+        clock,
+        _dir,
+    } = slow_lookup_setup(119_500, true);
     let call = call("c1", "pay", r#"{"items":[{"to":"bob"}]}"#);
     let first = process(exec.execute(&op("o"), 0, call.clone())).unwrap();
     assert!(
@@ -755,20 +760,13 @@ fn a_report_of_a_live_other_sessions_current_attempt_is_still_refused() {
 #[test]
 fn a_failed_lookups_report_leaves_an_early_not_found_judged_by_its_own_hand_out() {
     use toolledger::executor::{CallOutcome, CallerStep, LookupOutcome, PerformOutcome, ToolError};
-    let dir = tempfile::tempdir().unwrap();
-    let (ledger, clock) = open_at(&dir.path().join("l.db"));
-    let service = std::sync::Arc::new(LookupService::default());
-    let tool = std::sync::Arc::new(SlowLookupPay {
-        service: service.clone(),
-        clock: clock.clone(),
-        in_flight: Mutex::new(None),
-        lookup_ms: std::sync::atomic::AtomicI64::new(0),
-        lands_after_ms: 0,
-        batch: false,
-    });
-    let exec =
-        toolledger::executor::Executor::new(std::sync::Arc::new(ledger), fast_config_no_timeout());
-    exec.register(tool).unwrap();
+    let SlowLookupSetup {
+        exec,
+        tool: _,
+        service,
+        clock,
+        _dir,
+    } = slow_lookup_setup(0, false);
     let call = call("c1", "pay", r#"{"amount":"12.50"}"#);
     let CallerStep::Perform(a1) = exec.start(&op("o"), 0, call.clone()).unwrap() else {
         panic!()
