@@ -226,21 +226,34 @@ impl Executor {
         // the stored execution's): another tool's name would apply that
         // tool's rules (its durability policy, its reconciliation) to this
         // execution. Checked before the attempt is taken.
-        let real_tool = match self.driven_tool(&request.execution_id, request.attempt) {
-            Some(name) => name,
-            None => self.ticket_of(&request.execution_id, request.attempt)?.0,
+        // An attempt not outstanding here is read once: for the check and
+        // for its report.
+        let (real_tool, stored) = match self.driven_tool(&request.execution_id, request.attempt) {
+            Some(name) => (name, None),
+            None => {
+                let (name, ticket) = self.ticket_of(&request.execution_id, request.attempt)?;
+                (name, Some(ticket))
+            }
         };
         if real_tool != desc.name {
             return Err(Error::CallerDriven(request.tool_name.clone()));
         }
-        let (ticket, outcome) = match self.take_driven(&request.execution_id, request.attempt) {
+        let taken = match stored {
+            Some(_) => None,
+            None => self.take_driven(&request.execution_id, request.attempt),
+        };
+        let (ticket, outcome) = match taken {
             Some(driven) => {
                 self.metrics_sink()
                     .latency(&desc.name, driven.started.elapsed());
                 (driven.ticket, outcome)
             }
             None => {
-                let ticket = self.ticket_of(&request.execution_id, request.attempt)?.1;
+                // Not outstanding, or reported meanwhile by another thread.
+                let ticket = match stored {
+                    Some(ticket) => ticket,
+                    None => self.ticket_of(&request.execution_id, request.attempt)?.1,
+                };
                 let step = self.record_not_handed_out(&desc, ticket, outcome)?;
                 return self.hand_over(&desc, step);
             }
