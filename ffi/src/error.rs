@@ -70,6 +70,11 @@ pub enum StorageKind {
     /// held a snapshot, for example): re-key again later with the new key
     /// as both old and new to scrub.
     NotScrubbed,
+    /// The ledger was opened by this process's parent, before `fork()`:
+    /// nothing was read or written (a SQLite connection cannot be used
+    /// across a fork, and the session is the parent's). Open the ledger
+    /// again in this process.
+    Forked,
     /// Any other storage failure (invalid stored data, a schema guard, SQLite).
     Other,
 }
@@ -205,6 +210,7 @@ impl From<StorageError> for LedgerError {
             S::InvalidKey => StorageKind::InvalidKey,
             S::Io(_) | S::NotDurable(_) => StorageKind::Io,
             S::NotScrubbed(_) => StorageKind::NotScrubbed,
+            S::Forked => StorageKind::Forked,
             // Every other storage failure (the core's enum may grow).
             _ => StorageKind::Other,
         };

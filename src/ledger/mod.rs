@@ -553,6 +553,12 @@ impl Ledger {
         if self.abandoned.load(Ordering::Relaxed) {
             return Err(crate::store::Error::Suspended.into());
         }
+        if self.sessions.forked() {
+            // Before the lock: a forked child taking the parent's session
+            // lock while it is free (the parent suspended) would keep the
+            // parent's own resume waiting for as long as the child lives.
+            return Err(crate::store::Error::Forked.into());
+        }
         self.sessions
             .acquire()
             .map_err(|e| Error::Session(e.kind().to_string()))?;

@@ -64,6 +64,13 @@ pub enum Error {
     /// The store was closed by `suspend()` and not reopened.
     #[error("the store is suspended; call resume() first")]
     Suspended,
+    /// The store was opened by the parent of this process, which `fork()`
+    /// made: a SQLite connection cannot be used across a fork, and the
+    /// ledger's session (its lock, the attempts it handed out) is the
+    /// parent's. Nothing was read or written; open the ledger again in this
+    /// process.
+    #[error("the ledger was opened by this process's parent (before fork()); open it again in this process")]
+    Forked,
     /// The database file has more than one hard link. SQLite names the WAL
     /// after the path, so two names of one file would each get a WAL of
     /// their own and lose each other's commits: the file is not opened.

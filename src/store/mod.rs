@@ -37,6 +37,7 @@ mod diagnostics;
 mod error;
 mod events;
 mod executions;
+mod forks;
 mod history;
 mod hot;
 mod jobs;
@@ -165,6 +166,9 @@ pub struct Store {
     /// A failed sync not repaired yet (see `Open::sync_failed`); kept here
     /// so that a new connection (after `suspend()`) still repairs first.
     sync_failed: Arc<AtomicBool>,
+    /// The process that opened the store: a child made by `fork()` is
+    /// refused every use (see `forks`).
+    opener: forks::Opener,
 }
 
 impl std::fmt::Debug for Store {
@@ -547,6 +551,7 @@ impl Store {
             sink: RwLock::new(None),
             wal_file: Some(wal_file),
             sync_failed,
+            opener: forks::Opener::here(),
         })
     }
 
@@ -591,6 +596,7 @@ impl Store {
             sink: RwLock::new(None),
             wal_file: None,
             sync_failed,
+            opener: forks::Opener::here(),
         })
     }
 
@@ -611,6 +617,7 @@ impl Store {
             sink: RwLock::new(None),
             wal_file: None,
             sync_failed,
+            opener: forks::Opener::here(),
         })
     }
 
@@ -695,6 +702,11 @@ impl Store {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Option<Open>>> {
+        // Before the mutex: a child forked while another thread held it
+        // would wait for it forever.
+        if self.opener.forked_since() {
+            return Err(Error::Forked);
+        }
         self.conn.lock().map_err(|_| Error::LockPoisoned)
     }
 
@@ -1104,7 +1116,7 @@ impl Store {
 
     /// True between [`Store::suspend`] and [`Store::resume`].
     pub fn is_suspended(&self) -> bool {
-        self.conn.lock().map(|g| g.is_none()).unwrap_or(false)
+        self.lock().map(|g| g.is_none()).unwrap_or(false)
     }
 
     /// True when this store was opened as immutable (no `-wal` existed) and
@@ -1143,6 +1155,7 @@ impl Store {
                     sink: self.sink,
                     wal_file: None,
                     sync_failed,
+                    opener: forks::Opener::here(),
                 })
             }
             _ => Ok(self),

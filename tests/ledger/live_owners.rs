@@ -161,16 +161,21 @@ fn forked_child_scenario() {
 
 #[test]
 fn a_forked_child_that_drops_the_ledger_never_ends_its_parents_ownership() {
+    run_scenario(
+        "live_owners::forked_child_scenario",
+        "TOOLLEDGER_FORK_SCENARIO",
+    );
+}
+
+/// Runs the scenario test `name` alone in a test process of its own, with
+/// the database path in the environment variable `var`, and requires it
+/// to pass.
+fn run_scenario(name: &str, var: &str) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.db");
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "live_owners::forked_child_scenario",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TOOLLEDGER_FORK_SCENARIO", &db)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(var, &db)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -192,6 +197,116 @@ fn a_forked_child_that_drops_the_ledger_never_ends_its_parents_ownership() {
     assert!(
         stdout.contains("1 passed"),
         "the scenario did not run or failed ({status}):\n{stdout}\n{stderr}"
+    );
+}
+
+/// The process half of `a_forked_child_that_uses_its_parents_ledger_is_refused_and_changes_nothing`
+/// (run alone in its own test process, as `forked_child_scenario`).
+#[test]
+fn forked_child_use_scenario() {
+    let Ok(db) = std::env::var("TOOLLEDGER_FORK_USE_SCENARIO") else {
+        return;
+    };
+    let path = Path::new(&db);
+    let service = LookupService::default();
+    let (app, clock) = open_at(path);
+    let s = spec("c1", "pay", r#"{"amount":"12.50"}"#);
+    let Begin::Execute(t) = app.begin(&op("o"), 0, &s).unwrap() else {
+        panic!()
+    };
+    // The parent suspended once and resumed (a background trip): the
+    // session lock was released and taken again, so a child that took it
+    // while free would keep the parent's resume waiting.
+    app.suspend().unwrap();
+    app.resume().unwrap();
+    // A worker forked while the call runs (a pool with the `fork` start
+    // method) uses the ledger it inherited: the same call again (a retry),
+    // a new call, the parent's own attempt, and the lifecycle steps. Each
+    // must be refused with nothing written; its exit code says which was
+    // not (0: all refused).
+    let pid = unsafe { fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let forked = |r: Result<(), Error>| {
+            matches!(
+                r,
+                Err(Error::Store(toolledger::ledger::StorageError::Forked))
+            )
+        };
+        let code = if !forked(app.begin(&op("o"), 0, &s).map(|_| ())) {
+            10
+        } else if !forked(
+            app.begin(&op("o"), 0, &spec("c2", "pay", r#"{"amount":"1.00"}"#))
+                .map(|_| ()),
+        ) {
+            11
+        } else if !forked(
+            app.commit(&t.attempt_id(), r#"{"paid":"child"}"#, None)
+                .map(|_| ()),
+        ) {
+            12
+        } else if !forked(app.get(&t.execution_id).map(|_| ())) {
+            13
+        } else if !forked(app.suspend()) {
+            14
+        } else if !forked(app.resume().map(|_| ())) {
+            15
+        } else if !forked(app.recover().map(|_| ())) {
+            16
+        } else {
+            drop(app);
+            0
+        };
+        unsafe { _exit(code) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut status = 0;
+        let r = unsafe { waitpid(pid, &mut status, WNOHANG) };
+        if r == pid {
+            // WEXITSTATUS
+            assert_eq!(
+                (status >> 8) & 0xff,
+                0,
+                "a step of the child was not refused"
+            );
+            assert_eq!(status & 0x7f, 0, "the child was killed by a signal");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the forked child never exited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Nothing the child did moved the parent's call or its session: another
+    // session finds the owner alive (no takeover, no resend), the parent
+    // commits its own attempt, suspends and resumes without waiting.
+    let other = open_with(path, &clock);
+    let sent_by_other = second_session_takes_over(&other, &clock, &service, &s);
+    let key = t.downstream_key.as_str().to_owned();
+    service.send(&key);
+    app.commit(&t.attempt_id(), r#"{"paid":1}"#, None).unwrap();
+    app.suspend().unwrap();
+    app.resume().unwrap();
+    assert!(!sent_by_other, "the parent's call was taken over");
+    assert_eq!(service.effects(&key), 1, "one effect at the downstream");
+    let rec = other.get(&t.execution_id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::Committed);
+    assert_eq!(rec.result_json.as_deref(), Some(r#"{"paid":1}"#));
+    let executions: u64 = other
+        .stats()
+        .unwrap()
+        .executions_by_status
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(executions, 1, "the child's new call left no record");
+    println!("SCENARIO ok");
+}
+
+#[test]
+fn a_forked_child_that_uses_its_parents_ledger_is_refused_and_changes_nothing() {
+    run_scenario(
+        "live_owners::forked_child_use_scenario",
+        "TOOLLEDGER_FORK_USE_SCENARIO",
     );
 }
 

@@ -59,7 +59,10 @@ class StorageError(Error):
     in the ledger without being durable; nothing was sent on its strength,
     and the ledger writes its log again before its next write) and
     `StorageKind.NOT_SCRUBBED` (encrypting or re-keying committed: the
-    ledger is under the new key; only the scrub of earlier bytes is left)."""
+    ledger is under the new key; only the scrub of earlier bytes is left).
+    `StorageKind.FORKED`: the ledger was opened before this process was
+    forked from its parent (`os.fork()`, a `multiprocessing` pool with the
+    `fork` start method); open it again in this process."""
 
 
 class UnknownTool(Error):
