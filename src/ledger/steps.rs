@@ -544,6 +544,33 @@ impl Ledger {
     /// `outcome_unknown` (a committed one is never changed), [`Error::Json`]
     /// for a found result that is not JSON.
     pub fn resolve_unknown(&self, attempt: &AttemptId, resolution: Resolution) -> Result<Resolved> {
+        self.resolve(attempt, resolution, true)
+    }
+
+    /// A same-key resend of attempt `attempt`'s unknown outcome, which
+    /// nothing proved absent (the downstream dedupes by the key, so the
+    /// resend is safe while the earlier request may have landed): the next
+    /// attempt, as [`Resolution::NotFoundRetry`] starts it, except in a
+    /// cancelled operation. There nothing may be sent, and nothing says the
+    /// earlier request did not take effect, so it is refused with
+    /// [`Error::OperationCancelled`] and nothing is written: the outcome
+    /// stays unknown (the operation `cancelled_after_side_effect`) for a
+    /// lookup or the app to settle. (Taken as `NotFoundRetry`, a
+    /// cancellation between the executor's check and the resend recorded
+    /// the call `cancelled_before_commit`, "not found downstream", and the
+    /// operation plain `cancelled`, with the effect made.)
+    pub(crate) fn resend_unknown(&self, attempt: &AttemptId) -> Result<Resolved> {
+        self.resolve(attempt, Resolution::NotFoundRetry, false)
+    }
+
+    /// [`Ledger::resolve_unknown`]; `proven`: a `NotFoundRetry` stands on
+    /// proof of absence (else it is a resend in doubt, `resend_unknown`).
+    fn resolve(
+        &self,
+        attempt: &AttemptId,
+        resolution: Resolution,
+        proven: bool,
+    ) -> Result<Resolved> {
         if let Resolution::Found { result_json, .. } = &resolution {
             validate(result_json, &self.config.json_limits)?;
         }
@@ -595,6 +622,10 @@ impl Ledger {
                     now,
                 )?),
                 Resolution::NotFoundRetry if op_cancelled(dao, &rec.operation_id)? => {
+                    if !proven {
+                        // Nothing written: the outcome stays unknown.
+                        return Err(Error::OperationCancelled(id.clone()));
+                    }
                     self.end_not_found(dao, &rec, "not found downstream after cancellation", now)?
                 }
                 Resolution::NotFoundRetry => {
