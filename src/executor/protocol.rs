@@ -531,7 +531,19 @@ impl Executor {
                         },
                     )
                     .map(|r| self.after_resolution(&attempt, r));
-                self.or_current(&id, resolved)
+                match resolved {
+                    // Settled as absent meanwhile by another resolver (the
+                    // app's "not found"): the ledger kept the found result
+                    // as evidence; the answer is what is stored.
+                    Err(ledger::Error::InvalidTransition {
+                        from:
+                            ExecutionStatus::FailedBeforeCommit
+                            | ExecutionStatus::CancelledBeforeCommit
+                            | ExecutionStatus::Rejected,
+                        ..
+                    }) => Ok(Step::Done(self.current_outcome(&id)?)),
+                    other => self.or_current(&id, other),
+                }
             }
             Ok(LookupOutcome::NotFound) => {
                 self.metrics_sink().reconciled(false);

@@ -597,7 +597,7 @@ impl Ledger {
                 return Ok(Fenced::Refused(stale));
             }
             if rec.status != ExecutionStatus::OutcomeUnknown {
-                return Err(Error::InvalidTransition {
+                let refusal = Error::InvalidTransition {
                     execution_id: id.clone(),
                     from: rec.status,
                     transition: match resolution {
@@ -605,7 +605,14 @@ impl Ledger {
                         Resolution::NotFoundRetry => Transition::Retry,
                         Resolution::NotFoundAbandon { .. } => Transition::FailBeforeCommit,
                     },
-                });
+                };
+                if kind == EvidenceKind::Commit && settled_without_effect(rec.status) {
+                    // An effect found after the call was settled as absent
+                    // (another resolver's "not found"): refused, and kept.
+                    self.keep_found_after_settled(dao, &rec, attempt.attempt, &carried, now)?;
+                    return Ok(Fenced::Refused(refusal));
+                }
+                return Err(refusal);
             }
             let fence = Some((attempt, false));
             let resolved = match &resolution {
@@ -637,6 +644,48 @@ impl Ledger {
             };
             Ok(Fenced::Done(resolved))
         })
+    }
+
+    /// Inside a write transaction: keeps what `carried` says was found
+    /// downstream (a result, an external id) as evidence of attempt
+    /// `attempt` of `rec`, which was already settled without it (failed,
+    /// cancelled or rejected), with a note in its log. An execution with
+    /// evidence is never pruned.
+    pub(super) fn keep_found_after_settled(
+        &self,
+        dao: &Dao<'_>,
+        rec: &ExecutionRecord,
+        attempt: u32,
+        carried: &Carried<'_>,
+        now: i64,
+    ) -> Result<()> {
+        dao.insert_evidence(
+            &rec.execution_id,
+            &Evidence {
+                attempt,
+                session: self.session_id(),
+                kind: EvidenceKind::Commit,
+                result_json: carried.result_json,
+                external_id: carried.external_id,
+                reason: carried.reason,
+                item_index: carried.item_index,
+                at_ms: now,
+            },
+        )?;
+        let note = format!(
+            "effect found after it was settled as {}: kept as evidence",
+            rec.status
+        );
+        dao.append_note(
+            &rec.execution_id,
+            "found_after_settled",
+            rec.status,
+            attempt,
+            self.session_id(),
+            &note,
+            now,
+        )?;
+        Ok(())
     }
 
     /// An unknown outcome found absent, not to be retried: a batch whose
@@ -780,6 +829,18 @@ impl Ledger {
             Ok(())
         })
     }
+}
+
+/// True for the statuses that say a call was settled without an effect
+/// (failed before commit, cancelled before commit, rejected): an effect
+/// found for it afterwards is kept as evidence.
+pub(super) fn settled_without_effect(status: ExecutionStatus) -> bool {
+    matches!(
+        status,
+        ExecutionStatus::FailedBeforeCommit
+            | ExecutionStatus::CancelledBeforeCommit
+            | ExecutionStatus::Rejected
+    )
 }
 
 /// True when the operation was cancelled.

@@ -208,3 +208,210 @@ async fn a_batch_items_resend_that_meets_a_cancellation_leaves_the_batch_unknown
         Some(OperationStatus::CancelledAfterSideEffect)
     );
 }
+
+// ---------------------------------------------------------------------------
+// A found effect that meets another resolver's "not found"
+// ---------------------------------------------------------------------------
+
+/// A lookup tool whose lookup first lets another session settle the call
+/// (the app, after asking the user, says "not there": `NotFoundAbandon`),
+/// then asks the downstream.
+struct AbandonDuringLookup {
+    inner: HttpTool,
+    other: Arc<Ledger>,
+    attempt: toolledger::ledger::AttemptId,
+    settled: Mutex<Option<Result<toolledger::ledger::Resolved, toolledger::ledger::Error>>>,
+}
+
+#[async_trait::async_trait]
+impl toolledger::executor::ToolHandler for AbandonDuringLookup {
+    fn descriptor(&self) -> ToolDescriptor {
+        self.inner.descriptor()
+    }
+
+    async fn perform(
+        &self,
+        req: toolledger::executor::ToolRequest,
+    ) -> Result<toolledger::executor::PerformOutcome, toolledger::executor::ToolError> {
+        self.inner.perform(req).await
+    }
+
+    async fn lookup(
+        &self,
+        req: toolledger::executor::ToolRequest,
+    ) -> Result<toolledger::executor::LookupOutcome, toolledger::executor::ToolError> {
+        let settled = self.other.resolve_unknown(
+            &self.attempt,
+            toolledger::ledger::Resolution::NotFoundAbandon {
+                reason: "the user saw no payment".into(),
+            },
+        );
+        *self.settled.lock().unwrap() = Some(settled);
+        self.inner.lookup(req).await
+    }
+}
+
+/// Another session's request was applied downstream and its outcome became
+/// unknown. An executor reconciles it with a lookup; while the lookup asks,
+/// the app (a third session) settles the call as absent. The lookup finds
+/// the effect. The ledger refuses the found result (the call is settled),
+/// and it dropped it: no evidence, the execution prunable as a failure with
+/// the effect made downstream, and the executor's caller got a bare
+/// `InvalidTransition`. The found result must be kept as evidence (which
+/// also keeps the execution from being pruned) and the caller told the
+/// stored truth.
+#[tokio::test]
+async fn a_found_effect_refused_because_another_resolver_said_not_found_is_kept_as_evidence() {
+    use toolledger::ledger::Resolved;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour::default());
+    let inner = Arc::new(ManualClock::new(1_000_000));
+    let pay = r#"{"amount":"12.50"}"#;
+    // Session 1 sends the payment and loses its answer.
+    let first = open_with(&path, &inner);
+    let t1 = ticket(first.begin(&op("o"), 0, &spec("c1", "pay", pay)).unwrap());
+    let sent = support::downstream::request_blocking(
+        service.addr(),
+        "POST",
+        "/effects",
+        Some(t1.downstream_key.as_str()),
+        pay,
+        std::time::Duration::from_secs(2),
+    )
+    .unwrap();
+    assert_eq!(sent.status, 201);
+    first
+        .mark_outcome_unknown(&t1.attempt_id(), "connection reset")
+        .unwrap();
+    // Past the landing window: a lookup's answer counts.
+    inner.advance(200_000);
+
+    let app = Arc::new(open_with(&path, &inner));
+    let exec = Executor::new(Arc::new(open_with(&path, &inner)), fast_config());
+    let desc = ToolDescriptor {
+        lookup: true,
+        ..ToolDescriptor::side_effect("pay", 1)
+    };
+    let tool = Arc::new(AbandonDuringLookup {
+        inner: HttpTool::new(desc, Kind::Effect, &service),
+        other: app.clone(),
+        attempt: t1.attempt_id(),
+        settled: Mutex::new(None),
+    });
+    exec.register(tool.clone()).unwrap();
+    let out = exec
+        .execute(&op("o"), 0, ToolCall::custom("c1", "pay", pay))
+        .await;
+
+    assert!(
+        matches!(
+            tool.settled.lock().unwrap().as_ref(),
+            Some(Ok(Resolved::Failed))
+        ),
+        "the app settled the call first"
+    );
+    assert_eq!(service.effects().len(), 1);
+    assert_eq!(service.posts().len(), 1, "nothing sent again");
+    assert_eq!(service.lookups().len(), 1);
+    let evidence = app.evidence(&t1.execution_id).unwrap();
+    let rec = app.get(&t1.execution_id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::FailedBeforeCommit);
+    assert_eq!(evidence.len(), 1, "the found result is kept; {out:?}");
+    assert_eq!(evidence[0].kind, "commit");
+    assert_eq!(evidence[0].attempt, 1);
+    let found = service.effects()[0].id.clone();
+    assert_eq!(evidence[0].external_id.as_deref(), Some(found.as_str()));
+    assert!(evidence[0]
+        .result_json
+        .as_deref()
+        .is_some_and(|r| r.contains(&found)));
+    assert!(
+        matches!(
+            out,
+            Ok(CallOutcome::Failed {
+                retryable: false,
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+    // Kept: a prune of everything finished never takes it.
+    let pruned = app
+        .prune(toolledger::ledger::PruneCutoff::BeforeMs(i64::MAX), true)
+        .unwrap();
+    assert_eq!(pruned.executions, 0);
+    assert!(app.get(&t1.execution_id).unwrap().is_some());
+}
+
+/// A job tool's request started a job downstream and its owner died before
+/// the job was recorded: unknown. The app, asking the service too early,
+/// settles the call as absent; then the job's webhook says it succeeded,
+/// with its result. The execution stays as settled (`AlreadyFinal`), but
+/// the job's result was dropped: no evidence, the execution prunable as a
+/// failure although its effect happened. It must be kept as evidence.
+#[test]
+fn a_job_result_for_a_call_settled_as_absent_is_kept_as_evidence() {
+    use toolledger::ledger::{JobApplied, JobUpdate, Resolution, Resolved};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (owner, clock) = open_at(&path);
+    let t1 = ticket(
+        owner
+            .begin(&op("o"), 0, &spec("c1", "export", r#"{"what":"all"}"#))
+            .unwrap(),
+    );
+    owner.abandon();
+    let app = open_with(&path, &clock);
+    app.recover().unwrap();
+    assert_eq!(
+        app.get(&t1.execution_id).unwrap().unwrap().status,
+        ExecutionStatus::OutcomeUnknown
+    );
+    let settled = app
+        .resolve_unknown(
+            &t1.attempt_id(),
+            Resolution::NotFoundAbandon {
+                reason: "no export found".into(),
+            },
+        )
+        .unwrap();
+    assert_eq!(settled, Resolved::Failed);
+    let result = r#"{"export":"job_7","rows":12}"#;
+    let applied = app
+        .ingest_webhook(
+            "exports",
+            "evt_1",
+            &t1.execution_id,
+            &JobUpdate::Succeeded {
+                result_json: result.into(),
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        applied,
+        JobApplied::AlreadyFinal(ExecutionStatus::FailedBeforeCommit)
+    );
+    let evidence = app.evidence(&t1.execution_id).unwrap();
+    assert_eq!(evidence.len(), 1, "the job's result is kept");
+    assert_eq!(evidence[0].kind, "commit");
+    assert_eq!(evidence[0].result_json.as_deref(), Some(result));
+    // A repeat of the event is ignored, and keeps nothing twice.
+    assert_eq!(
+        app.ingest_webhook(
+            "exports",
+            "evt_1",
+            &t1.execution_id,
+            &JobUpdate::Succeeded {
+                result_json: result.into(),
+            },
+        )
+        .unwrap(),
+        JobApplied::DuplicateEvent
+    );
+    assert_eq!(app.evidence(&t1.execution_id).unwrap().len(), 1);
+    let pruned = app
+        .prune(toolledger::ledger::PruneCutoff::BeforeMs(i64::MAX), true)
+        .unwrap();
+    assert_eq!(pruned.executions, 0);
+}
