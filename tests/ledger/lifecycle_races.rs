@@ -415,3 +415,227 @@ fn a_job_result_for_a_call_settled_as_absent_is_kept_as_evidence() {
         .unwrap();
     assert_eq!(pruned.executions, 0);
 }
+
+// ---------------------------------------------------------------------------
+// Approvals and compensations from two sessions (these held)
+// ---------------------------------------------------------------------------
+
+fn approval_tool(service: &Downstream) -> Arc<HttpTool> {
+    let desc = ToolDescriptor {
+        requires_approval: true,
+        idempotency_key: true,
+        ..ToolDescriptor::side_effect("pay", 1)
+    };
+    Arc::new(HttpTool::new(desc, Kind::Effect, service))
+}
+
+/// One waiting call approved at once from two sessions (the phone and its
+/// watch extension): one payment. The slower approval is refused with the
+/// status it found (`InvalidTransition`, not a second run); that it is an
+/// error rather than the call's outcome is a design question (see the
+/// report): the human approved once, the app shows an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_approved_from_two_sessions_at_once_pays_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        ..Behaviour::default()
+    });
+    let a = executor_at(&path);
+    let b = executor_at(&path);
+    a.register(approval_tool(&service)).unwrap();
+    b.register(approval_tool(&service)).unwrap();
+    let call = ToolCall::custom("c1", "pay", r#"{"amount":"12.50"}"#);
+    let CallOutcome::NeedsApproval {
+        execution_id,
+        args_digest,
+        ..
+    } = a.execute(&op("o"), 0, call).await.unwrap()
+    else {
+        panic!("approval expected")
+    };
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let run = |exec: Executor| {
+        let (id, digest, barrier) = (execution_id.clone(), args_digest.clone(), barrier.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            exec.approve(&id, &digest, None).await
+        })
+    };
+    let (ra, rb) = (run(a.clone()), run(b.clone()));
+    let outs = [ra.await.unwrap(), rb.await.unwrap()];
+    let completed = outs
+        .iter()
+        .filter(|o| matches!(o, Ok(CallOutcome::Completed { .. })))
+        .count();
+    let refused = outs
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Err(toolledger::executor::Error::Ledger(
+                    toolledger::ledger::Error::InvalidTransition {
+                        from: ExecutionStatus::Approved
+                            | ExecutionStatus::Executing
+                            | ExecutionStatus::Committed,
+                        ..
+                    }
+                ))
+            )
+        })
+        .count();
+    assert_eq!((completed, refused), (1, 1), "{outs:?}");
+    assert_eq!(service.effects().len(), 1);
+    assert_eq!(service.posts().len(), 1);
+    let rec = a.ledger().get(&execution_id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::Committed);
+    assert_eq!(rec.attempt_count, 1);
+}
+
+/// An approval given while the ledger is suspended is refused
+/// (`Suspended`) with nothing written and nothing run; after `resume` the
+/// same approval runs the call once, and another session's approval of it
+/// meanwhile would have run it instead (here: none).
+#[tokio::test]
+async fn an_approval_while_suspended_runs_nothing_and_runs_once_after_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        ..Behaviour::default()
+    });
+    let exec = executor_at(&path);
+    exec.register(approval_tool(&service)).unwrap();
+    let call = ToolCall::custom("c1", "pay", r#"{"amount":"12.50"}"#);
+    let CallOutcome::NeedsApproval {
+        execution_id,
+        args_digest,
+        ..
+    } = exec.execute(&op("o"), 0, call.clone()).await.unwrap()
+    else {
+        panic!("approval expected")
+    };
+    exec.ledger().suspend().unwrap();
+    let refused = exec.approve(&execution_id, &args_digest, None).await;
+    assert!(
+        matches!(
+            refused,
+            Err(toolledger::executor::Error::Ledger(
+                toolledger::ledger::Error::Store(toolledger::ledger::StorageError::Suspended)
+            ))
+        ),
+        "{refused:?}"
+    );
+    exec.ledger().resume().unwrap();
+    assert_eq!(
+        exec.ledger().get(&execution_id).unwrap().unwrap().status,
+        ExecutionStatus::Prepared
+    );
+    assert_eq!(service.posts().len(), 0);
+    let out = exec
+        .approve(&execution_id, &args_digest, None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            out,
+            CallOutcome::Completed {
+                replayed: false,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    let again = exec.execute(&op("o"), 0, call).await.unwrap();
+    assert!(
+        matches!(again, CallOutcome::Completed { replayed: true, .. }),
+        "{again:?}"
+    );
+    assert_eq!(service.effects().len(), 1);
+}
+
+/// The same compensation asked from two sessions at once (one refund call
+/// of the model, retried by the app and its extension): one refund.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_compensation_asked_from_two_sessions_at_once_refunds_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        ..Behaviour::default()
+    });
+    let pay = ToolDescriptor {
+        idempotency_key: true,
+        ..ToolDescriptor::side_effect("pay", 1)
+    };
+    let refund = ToolDescriptor {
+        idempotency_key: true,
+        ..ToolDescriptor::side_effect("refund", 1)
+    };
+    let a = executor_at(&path);
+    let b = executor_at(&path);
+    for exec in [&a, &b] {
+        exec.register(Arc::new(HttpTool::new(pay.clone(), Kind::Effect, &service)))
+            .unwrap();
+        exec.register(Arc::new(HttpTool::new(
+            refund.clone(),
+            Kind::Effect,
+            &service,
+        )))
+        .unwrap();
+    }
+    let paid = a
+        .execute(
+            &op("o"),
+            0,
+            ToolCall::custom("c1", "pay", r#"{"amount":"12.50"}"#),
+        )
+        .await
+        .unwrap();
+    let original = paid.execution_id().clone();
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let run = |exec: Executor| {
+        let (original, barrier) = (original.clone(), barrier.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            exec.compensate(
+                &original,
+                &op("o"),
+                1,
+                ToolCall::custom("r1", "refund", r#"{"amount":"12.50"}"#),
+            )
+            .await
+        })
+    };
+    let (ra, rb) = (run(a.clone()), run(b.clone()));
+    let outs = [ra.await.unwrap().unwrap(), rb.await.unwrap().unwrap()];
+    let ran = outs
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                CallOutcome::Completed {
+                    replayed: false,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(ran, 1, "{outs:?}");
+    assert!(
+        outs.iter().all(|o| matches!(
+            o,
+            CallOutcome::Completed { .. } | CallOutcome::InFlight { .. }
+        )),
+        "{outs:?}"
+    );
+    let refunds = service
+        .effects()
+        .iter()
+        .filter(|e| e.body.contains("12.50"))
+        .count();
+    assert_eq!(refunds, 2, "one payment and one refund");
+    assert_eq!(service.posts().len(), 2);
+    assert_eq!(a.ledger().compensations(&original).unwrap().len(), 1);
+}
