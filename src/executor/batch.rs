@@ -63,6 +63,9 @@ pub(super) async fn perform_items(
     // Set while the uncertain item is resent under its key without proof
     // that its earlier request cannot land any more.
     let mut earlier_unknown = None;
+    // Set while the uncertain item is only resendable (a key), not proven
+    // absent: a stop before its resend leaves the batch unknown.
+    let mut in_doubt = false;
     for (index, item_json) in (0u32..).zip(items.iter()) {
         if done.contains(&index) {
             continue;
@@ -106,6 +109,7 @@ pub(super) async fn perform_items(
                         )));
                     }
                     Settled::Resendable => {
+                        in_doubt = true;
                         earlier_unknown = exec
                             .landing_wait(desc, &ticket)
                             .and(ticket.unknown_since.clone());
@@ -114,9 +118,14 @@ pub(super) async fn perform_items(
                 }
             }
             // More items must run: a new attempt under the same item keys,
-            // unless the operation was cancelled (then the batch ends here:
-            // the uncertain item was proven absent above).
+            // unless the operation was cancelled (then the batch ends here
+            // if the uncertain item was proven absent above; if it is only
+            // resendable, its outcome stays unknown for the app to settle).
+            let stop = "batch item outcome unknown after the operation was cancelled";
             if exec.operation_cancelled(&id)? {
+                if in_doubt {
+                    return Ok(Step::Done(unknown(&ticket.attempt_id(), stop)));
+                }
                 return end_batch(exec, &ticket, &done, "operation cancelled", true);
             }
             if ticket.attempt >= exec.config().max_attempts {
@@ -125,8 +134,17 @@ pub(super) async fn perform_items(
                     "batch item not found downstream and no attempts left; resolve it",
                 )));
             }
-            match ledger.resolve_unknown(&ticket.attempt_id(), Resolution::NotFoundRetry) {
+            let resolved = if in_doubt {
+                ledger.resend_unknown(&ticket.attempt_id())
+            } else {
+                ledger.resolve_unknown(&ticket.attempt_id(), Resolution::NotFoundRetry)
+            };
+            match resolved {
                 Ok(Resolved::Retry(t)) => ticket = t,
+                // Cancelled since the check above: nothing was written.
+                Err(crate::ledger::Error::OperationCancelled(_)) => {
+                    return Ok(Step::Done(unknown(&ticket.attempt_id(), stop)));
+                }
                 Ok(other) => return Ok(exec.after_resolution(&ticket.attempt_id(), other)),
                 Err(e) => return exec.or_current(&id, Err(e)),
             }

@@ -470,23 +470,34 @@ impl Executor {
     /// A resend under the same key (a new attempt). When nothing proved the
     /// earlier request absent (it may still land), the new attempt carries
     /// when that request's outcome became unknown (see `after_perform`).
-    fn resend(&self, desc: &ToolDescriptor, ticket: &Ticket) -> Result<Step> {
+    /// `proven`: a lookup past the landing window found nothing; otherwise
+    /// the resend only relies on the downstream's dedupe, and an operation
+    /// cancelled since `may_resend` looked leaves the outcome unknown (the
+    /// ledger refuses the resend and writes nothing).
+    fn resend(&self, desc: &ToolDescriptor, ticket: &Ticket, proven: bool) -> Result<Step> {
         let attempt = ticket.attempt_id();
         let earlier = self
             .landing_wait(desc, ticket)
             .and(ticket.unknown_since.clone());
-        self.or_current(
-            &ticket.execution_id,
+        let resolved = if proven {
             self.ledger()
                 .resolve_unknown(&attempt, Resolution::NotFoundRetry)
-                .map(|r| match self.after_resolution(&attempt, r) {
-                    Step::Perform(mut t) => {
-                        t.earlier_unknown = earlier.clone();
-                        t.resend = true;
-                        Step::Perform(t)
-                    }
-                    other => other,
-                }),
+        } else {
+            self.ledger().resend_unknown(&attempt)
+        };
+        if let Err(ledger::Error::OperationCancelled(_)) = resolved {
+            return Ok(Step::Done(self.current_outcome(&ticket.execution_id)?));
+        }
+        self.or_current(
+            &ticket.execution_id,
+            resolved.map(|r| match self.after_resolution(&attempt, r) {
+                Step::Perform(mut t) => {
+                    t.earlier_unknown = earlier.clone();
+                    t.resend = true;
+                    Step::Perform(t)
+                }
+                other => other,
+            }),
         )
     }
 
@@ -520,7 +531,19 @@ impl Executor {
                         },
                     )
                     .map(|r| self.after_resolution(&attempt, r));
-                self.or_current(&id, resolved)
+                match resolved {
+                    // Settled as absent meanwhile by another resolver (the
+                    // app's "not found"): the ledger kept the found result
+                    // as evidence; the answer is what is stored.
+                    Err(ledger::Error::InvalidTransition {
+                        from:
+                            ExecutionStatus::FailedBeforeCommit
+                            | ExecutionStatus::CancelledBeforeCommit
+                            | ExecutionStatus::Rejected,
+                        ..
+                    }) => Ok(Step::Done(self.current_outcome(&id)?)),
+                    other => self.or_current(&id, other),
+                }
             }
             Ok(LookupOutcome::NotFound) => {
                 self.metrics_sink().reconciled(false);
@@ -528,7 +551,8 @@ impl Executor {
                 // The downstream dedupes by our key: a resend is safe even
                 // if the first request is still on its way.
                 if desc.idempotency_key && attempts_left {
-                    return self.resend(desc, &ticket);
+                    let proven = self.lookup_unproven(desc, &ticket, asked).is_none();
+                    return self.resend(desc, &ticket, proven);
                 }
                 if let Some(wait) = self.lookup_unproven(desc, &ticket, asked) {
                     return Ok(Step::Done(CallOutcome::Unknown {
@@ -539,7 +563,7 @@ impl Executor {
                     }));
                 }
                 if attempts_left {
-                    return self.resend(desc, &ticket);
+                    return self.resend(desc, &ticket, true);
                 }
                 if cancelled {
                     let resolved = ledger
@@ -575,7 +599,7 @@ impl Executor {
         if desc.idempotency_key && attempts_left {
             // The downstream dedupes by our key: sending it again either
             // returns the original effect or performs it the one time.
-            return self.resend(desc, ticket);
+            return self.resend(desc, ticket, false);
         }
         let reason = self
             .ledger()

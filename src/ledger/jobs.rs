@@ -8,7 +8,7 @@
 //! every webhook `(source, event id)` is processed at most once.
 
 use super::answers::{AttemptId, StoredResult};
-use super::steps::{load, Carried, Fenced};
+use super::steps::{load, settled_without_effect, Carried, Fenced};
 use super::{Error, Ledger, Result};
 use crate::model::canonical::{object_array_member, validate, write_json_string};
 use crate::model::{DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus, Transition};
@@ -314,6 +314,17 @@ impl Ledger {
             );
             let job_id = rec.external_id.clone().unwrap_or_default();
             match update {
+                JobUpdate::Succeeded { result_json } if settled_without_effect(rec.status) => {
+                    // The job's effect happened, but the call was settled
+                    // without it (another resolver's "not found"): the
+                    // stored status stands and the result is kept.
+                    let carried = Carried {
+                        result_json: Some(result_json),
+                        ..Carried::default()
+                    };
+                    self.keep_found_after_settled(dao, &rec, rec.attempt_count, &carried, now)?;
+                    Ok(JobApplied::AlreadyFinal(rec.status))
+                }
                 _ if !open => Ok(JobApplied::AlreadyFinal(rec.status)),
                 JobUpdate::Progress { state } => {
                     dao.upsert_job(id, &job_id, state, now)?;

@@ -544,6 +544,33 @@ impl Ledger {
     /// `outcome_unknown` (a committed one is never changed), [`Error::Json`]
     /// for a found result that is not JSON.
     pub fn resolve_unknown(&self, attempt: &AttemptId, resolution: Resolution) -> Result<Resolved> {
+        self.resolve(attempt, resolution, true)
+    }
+
+    /// A same-key resend of attempt `attempt`'s unknown outcome, which
+    /// nothing proved absent (the downstream dedupes by the key, so the
+    /// resend is safe while the earlier request may have landed): the next
+    /// attempt, as [`Resolution::NotFoundRetry`] starts it, except in a
+    /// cancelled operation. There nothing may be sent, and nothing says the
+    /// earlier request did not take effect, so it is refused with
+    /// [`Error::OperationCancelled`] and nothing is written: the outcome
+    /// stays unknown (the operation `cancelled_after_side_effect`) for a
+    /// lookup or the app to settle. (Taken as `NotFoundRetry`, a
+    /// cancellation between the executor's check and the resend recorded
+    /// the call `cancelled_before_commit`, "not found downstream", and the
+    /// operation plain `cancelled`, with the effect made.)
+    pub(crate) fn resend_unknown(&self, attempt: &AttemptId) -> Result<Resolved> {
+        self.resolve(attempt, Resolution::NotFoundRetry, false)
+    }
+
+    /// [`Ledger::resolve_unknown`]; `proven`: a `NotFoundRetry` stands on
+    /// proof of absence (else it is a resend in doubt, `resend_unknown`).
+    fn resolve(
+        &self,
+        attempt: &AttemptId,
+        resolution: Resolution,
+        proven: bool,
+    ) -> Result<Resolved> {
         if let Resolution::Found { result_json, .. } = &resolution {
             validate(result_json, &self.config.json_limits)?;
         }
@@ -570,7 +597,7 @@ impl Ledger {
                 return Ok(Fenced::Refused(stale));
             }
             if rec.status != ExecutionStatus::OutcomeUnknown {
-                return Err(Error::InvalidTransition {
+                let refusal = Error::InvalidTransition {
                     execution_id: id.clone(),
                     from: rec.status,
                     transition: match resolution {
@@ -578,7 +605,14 @@ impl Ledger {
                         Resolution::NotFoundRetry => Transition::Retry,
                         Resolution::NotFoundAbandon { .. } => Transition::FailBeforeCommit,
                     },
-                });
+                };
+                if kind == EvidenceKind::Commit && settled_without_effect(rec.status) {
+                    // An effect found after the call was settled as absent
+                    // (another resolver's "not found"): refused, and kept.
+                    self.keep_found_after_settled(dao, &rec, attempt.attempt, &carried, now)?;
+                    return Ok(Fenced::Refused(refusal));
+                }
+                return Err(refusal);
             }
             let fence = Some((attempt, false));
             let resolved = match &resolution {
@@ -595,6 +629,10 @@ impl Ledger {
                     now,
                 )?),
                 Resolution::NotFoundRetry if op_cancelled(dao, &rec.operation_id)? => {
+                    if !proven {
+                        // Nothing written: the outcome stays unknown.
+                        return Err(Error::OperationCancelled(id.clone()));
+                    }
                     self.end_not_found(dao, &rec, "not found downstream after cancellation", now)?
                 }
                 Resolution::NotFoundRetry => {
@@ -606,6 +644,48 @@ impl Ledger {
             };
             Ok(Fenced::Done(resolved))
         })
+    }
+
+    /// Inside a write transaction: keeps what `carried` says was found
+    /// downstream (a result, an external id) as evidence of attempt
+    /// `attempt` of `rec`, which was already settled without it (failed,
+    /// cancelled or rejected), with a note in its log. An execution with
+    /// evidence is never pruned.
+    pub(super) fn keep_found_after_settled(
+        &self,
+        dao: &Dao<'_>,
+        rec: &ExecutionRecord,
+        attempt: u32,
+        carried: &Carried<'_>,
+        now: i64,
+    ) -> Result<()> {
+        dao.insert_evidence(
+            &rec.execution_id,
+            &Evidence {
+                attempt,
+                session: self.session_id(),
+                kind: EvidenceKind::Commit,
+                result_json: carried.result_json,
+                external_id: carried.external_id,
+                reason: carried.reason,
+                item_index: carried.item_index,
+                at_ms: now,
+            },
+        )?;
+        let note = format!(
+            "effect found after it was settled as {}: kept as evidence",
+            rec.status
+        );
+        dao.append_note(
+            &rec.execution_id,
+            "found_after_settled",
+            rec.status,
+            attempt,
+            self.session_id(),
+            &note,
+            now,
+        )?;
+        Ok(())
     }
 
     /// An unknown outcome found absent, not to be retried: a batch whose
@@ -749,6 +829,18 @@ impl Ledger {
             Ok(())
         })
     }
+}
+
+/// True for the statuses that say a call was settled without an effect
+/// (failed before commit, cancelled before commit, rejected): an effect
+/// found for it afterwards is kept as evidence.
+pub(super) fn settled_without_effect(status: ExecutionStatus) -> bool {
+    matches!(
+        status,
+        ExecutionStatus::FailedBeforeCommit
+            | ExecutionStatus::CancelledBeforeCommit
+            | ExecutionStatus::Rejected
+    )
 }
 
 /// True when the operation was cancelled.

@@ -83,11 +83,13 @@ impl std::fmt::Debug for ExecutionRecord {
 }
 
 /// What a stale attempt learnt and could not record as the execution's own
-/// (its attempt had been superseded): kept, never dropped, since it may be
+/// (its attempt had been superseded), or an effect found downstream (a
+/// lookup, a job's result) after the execution was settled without it
+/// (another resolver's "not found"): kept, never dropped, since it may be
 /// the only trace of a real effect.
 #[derive(Clone, PartialEq, Eq)]
 pub struct EvidenceEntry {
-    /// The stale attempt.
+    /// The stale attempt (or the attempt whose effect was found).
     pub attempt: u32,
     /// What it tried to record: `commit`, `fail`, `unknown`, `external_id`,
     /// `batch_item` or `job`.

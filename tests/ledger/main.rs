@@ -25,6 +25,7 @@ mod in_place;
 mod inspect;
 mod jobs_and_webhooks;
 mod late_reports;
+mod lifecycle_races;
 mod live_owners;
 mod migrations;
 mod ownership;

@@ -1,0 +1,641 @@
+//! Lifecycle events (a cancellation, another session's steps) landing
+//! between two steps of a flow that is not a first attempt: a same-key
+//! resend after an unknown outcome, approvals, compensations, jobs.
+//!
+//! The moment is made exact with a clock: the executor reads the boot clock
+//! between deciding to resend and asking the ledger for the resend, so a
+//! clock whose reading runs a hook (another session's step, through its own
+//! ledger on the same file) puts that step there, every run. Effects are
+//! counted at the downstream.
+
+use std::sync::{Arc, Mutex};
+
+use downstream::{fast_config, Behaviour, Downstream, HttpTool, Kind};
+use support::*;
+use toolledger::executor::{BatchMode, CallOutcome, Executor, ToolDescriptor};
+use toolledger::ledger::{Clock, Ledger, LedgerConfig, ManualClock};
+use toolledger::model::{ExecutionStatus, Monotonic, OperationId, OperationStatus, ToolCall};
+use toolledger_test_support as support;
+use toolledger_test_support::downstream;
+
+type Hook = Box<dyn FnMut() -> bool + Send>;
+
+/// A manual clock whose boot-clock reading first runs an armed hook, until
+/// the hook says it is done.
+struct RaceClock {
+    inner: Arc<ManualClock>,
+    hook: Mutex<Option<Hook>>,
+}
+
+impl std::fmt::Debug for RaceClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RaceClock")
+    }
+}
+
+impl RaceClock {
+    fn new(inner: Arc<ManualClock>) -> Arc<RaceClock> {
+        Arc::new(RaceClock {
+            inner,
+            hook: Mutex::new(None),
+        })
+    }
+
+    fn arm(&self, hook: impl FnMut() -> bool + Send + 'static) {
+        *self.hook.lock().unwrap() = Some(Box::new(hook));
+    }
+}
+
+impl Clock for RaceClock {
+    fn now_ms(&self) -> i64 {
+        self.inner.now_ms()
+    }
+
+    fn monotonic(&self) -> Monotonic {
+        let mut slot = self.hook.lock().unwrap();
+        if let Some(hook) = slot.as_mut() {
+            if hook() {
+                *slot = None;
+            }
+        }
+        drop(slot);
+        self.inner.monotonic()
+    }
+}
+
+/// An executor whose ledger reads `clock`, and another session (its own
+/// ledger) on the same file.
+fn two_sessions(path: &std::path::Path, clock: &Arc<RaceClock>) -> (Executor, Arc<Ledger>) {
+    let ledger =
+        Ledger::open_with_clock(path, LedgerConfig::default(), clock.clone()).expect("open");
+    let exec = Executor::new(Arc::new(ledger), fast_config());
+    let other = Arc::new(open_with(path, &clock.inner));
+    (exec, other)
+}
+
+/// Arms `clock` to cancel `op` through `other` at the first reading after an
+/// execution of `op` became unknown (the executor is between its decision
+/// to resend and the resend); the cancellation's answer lands in the slot.
+fn cancel_when_unknown(
+    clock: &RaceClock,
+    other: &Arc<Ledger>,
+    op: OperationId,
+) -> Arc<Mutex<Option<OperationStatus>>> {
+    let answer = Arc::new(Mutex::new(None));
+    let (other, slot) = (other.clone(), answer.clone());
+    clock.arm(move || {
+        let unknown = other
+            .list(&op)
+            .unwrap()
+            .iter()
+            .any(|r| r.status == ExecutionStatus::OutcomeUnknown);
+        if unknown {
+            *slot.lock().unwrap() = Some(other.cancel_operation(&op).unwrap());
+        }
+        unknown
+    });
+    answer
+}
+
+// ---------------------------------------------------------------------------
+// A same-key resend that meets a cancellation
+// ---------------------------------------------------------------------------
+
+/// A key tool's request is applied downstream and its answer lost (a 500
+/// after the commit): unknown. The executor decides to resend under the key
+/// (the downstream dedupes); at that moment another session cancels the
+/// operation. Nothing may be sent after the stop, and nothing proved the
+/// first request absent: the call must stay unknown, the operation
+/// `cancelled_after_side_effect`. It was recorded `cancelled_before_commit`
+/// ("not found downstream after cancellation") and the operation plain
+/// `cancelled`, with the effect made downstream.
+#[tokio::test]
+async fn a_same_key_resend_that_meets_a_cancellation_leaves_the_call_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        fail_after_commit: 1,
+        ..Behaviour::default()
+    });
+    let clock = RaceClock::new(Arc::new(ManualClock::new(1_000_000)));
+    let (exec, other) = two_sessions(&path, &clock);
+    let desc = ToolDescriptor {
+        idempotency_key: true,
+        ..ToolDescriptor::side_effect("send_email", 1)
+    };
+    exec.register(Arc::new(HttpTool::new(desc, Kind::Effect, &service)))
+        .unwrap();
+    let cancelled = cancel_when_unknown(&clock, &other, op("o"));
+
+    let out = exec
+        .execute(
+            &op("o"),
+            0,
+            ToolCall::custom("c1", "send_email", r#"{"to":"a@example.com"}"#),
+        )
+        .await
+        .unwrap();
+
+    assert_eq!(
+        *cancelled.lock().unwrap(),
+        Some(OperationStatus::CancelledAfterSideEffect),
+        "the other session cancelled while the call was unknown"
+    );
+    assert_eq!(service.effects().len(), 1, "the first request was applied");
+    assert_eq!(service.posts().len(), 1, "nothing was sent after the stop");
+    let rec = &other.list(&op("o")).unwrap()[0];
+    let op_status = other.operation_status(&op("o")).unwrap();
+    assert!(
+        matches!(out, CallOutcome::Unknown { attempt: 1, .. }),
+        "{out:?}; stored {:?}, operation {op_status:?}",
+        rec.status
+    );
+    assert_eq!(rec.status, ExecutionStatus::OutcomeUnknown);
+    assert_eq!(rec.attempt_count, 1);
+    assert_eq!(
+        other.operation_status(&op("o")).unwrap(),
+        Some(OperationStatus::CancelledAfterSideEffect)
+    );
+}
+
+/// The same race for an independent batch whose first item's outcome is
+/// unknown: the item is only resendable (a key, no lookup), the operation
+/// is cancelled as the executor moves to resend it. The batch must stay
+/// unknown; it was settled as if the item were absent (a cancelled batch,
+/// the operation plain `cancelled`) with the item's effect made downstream.
+#[tokio::test]
+async fn a_batch_items_resend_that_meets_a_cancellation_leaves_the_batch_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        fail_after_commit: 1,
+        ..Behaviour::default()
+    });
+    let clock = RaceClock::new(Arc::new(ManualClock::new(1_000_000)));
+    let (exec, other) = two_sessions(&path, &clock);
+    let desc = ToolDescriptor {
+        idempotency_key: true,
+        batch: BatchMode::Independent,
+        ..ToolDescriptor::side_effect("invite", 1)
+    };
+    exec.register(Arc::new(HttpTool::new(desc, Kind::Effect, &service)))
+        .unwrap();
+    let call = ToolCall::custom("c1", "invite", r#"{"items":[{"to":"a"},{"to":"b"}]}"#);
+    // Item 0's answer is lost: the batch is unknown; the executor
+    // reconciles item 0 (a resend under its key), and the operation is
+    // cancelled as it does.
+    let cancelled = cancel_when_unknown(&clock, &other, op("o"));
+    let out = exec.execute(&op("o"), 0, call).await.unwrap();
+
+    assert_eq!(
+        *cancelled.lock().unwrap(),
+        Some(OperationStatus::CancelledAfterSideEffect)
+    );
+    assert_eq!(service.effects().len(), 1, "item 0 was applied");
+    assert_eq!(service.posts().len(), 1, "nothing was sent after the stop");
+    let rec = &other.list(&op("o")).unwrap()[0];
+    let op_status = other.operation_status(&op("o")).unwrap();
+    assert!(
+        matches!(out, CallOutcome::Unknown { .. }),
+        "{out:?}; stored {:?}, operation {op_status:?}",
+        rec.status
+    );
+    assert_eq!(rec.status, ExecutionStatus::OutcomeUnknown);
+    assert_eq!(
+        other.operation_status(&op("o")).unwrap(),
+        Some(OperationStatus::CancelledAfterSideEffect)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// A found effect that meets another resolver's "not found"
+// ---------------------------------------------------------------------------
+
+/// A lookup tool whose lookup first lets another session settle the call
+/// (the app, after asking the user, says "not there": `NotFoundAbandon`),
+/// then asks the downstream.
+struct AbandonDuringLookup {
+    inner: HttpTool,
+    other: Arc<Ledger>,
+    attempt: toolledger::ledger::AttemptId,
+    settled: Mutex<Option<Result<toolledger::ledger::Resolved, toolledger::ledger::Error>>>,
+}
+
+#[async_trait::async_trait]
+impl toolledger::executor::ToolHandler for AbandonDuringLookup {
+    fn descriptor(&self) -> ToolDescriptor {
+        self.inner.descriptor()
+    }
+
+    async fn perform(
+        &self,
+        req: toolledger::executor::ToolRequest,
+    ) -> Result<toolledger::executor::PerformOutcome, toolledger::executor::ToolError> {
+        self.inner.perform(req).await
+    }
+
+    async fn lookup(
+        &self,
+        req: toolledger::executor::ToolRequest,
+    ) -> Result<toolledger::executor::LookupOutcome, toolledger::executor::ToolError> {
+        let settled = self.other.resolve_unknown(
+            &self.attempt,
+            toolledger::ledger::Resolution::NotFoundAbandon {
+                reason: "the user saw no payment".into(),
+            },
+        );
+        *self.settled.lock().unwrap() = Some(settled);
+        self.inner.lookup(req).await
+    }
+}
+
+/// Another session's request was applied downstream and its outcome became
+/// unknown. An executor reconciles it with a lookup; while the lookup asks,
+/// the app (a third session) settles the call as absent. The lookup finds
+/// the effect. The ledger refuses the found result (the call is settled),
+/// and it dropped it: no evidence, the execution prunable as a failure with
+/// the effect made downstream, and the executor's caller got a bare
+/// `InvalidTransition`. The found result must be kept as evidence (which
+/// also keeps the execution from being pruned) and the caller told the
+/// stored truth.
+#[tokio::test]
+async fn a_found_effect_refused_because_another_resolver_said_not_found_is_kept_as_evidence() {
+    use toolledger::ledger::Resolved;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour::default());
+    let inner = Arc::new(ManualClock::new(1_000_000));
+    let pay = r#"{"amount":"12.50"}"#;
+    // Session 1 sends the payment and loses its answer.
+    let first = open_with(&path, &inner);
+    let t1 = ticket(first.begin(&op("o"), 0, &spec("c1", "pay", pay)).unwrap());
+    let sent = support::downstream::request_blocking(
+        service.addr(),
+        "POST",
+        "/effects",
+        Some(t1.downstream_key.as_str()),
+        pay,
+        std::time::Duration::from_secs(2),
+    )
+    .unwrap();
+    assert_eq!(sent.status, 201);
+    first
+        .mark_outcome_unknown(&t1.attempt_id(), "connection reset")
+        .unwrap();
+    // Past the landing window: a lookup's answer counts.
+    inner.advance(200_000);
+
+    let app = Arc::new(open_with(&path, &inner));
+    let exec = Executor::new(Arc::new(open_with(&path, &inner)), fast_config());
+    let desc = ToolDescriptor {
+        lookup: true,
+        ..ToolDescriptor::side_effect("pay", 1)
+    };
+    let tool = Arc::new(AbandonDuringLookup {
+        inner: HttpTool::new(desc, Kind::Effect, &service),
+        other: app.clone(),
+        attempt: t1.attempt_id(),
+        settled: Mutex::new(None),
+    });
+    exec.register(tool.clone()).unwrap();
+    let out = exec
+        .execute(&op("o"), 0, ToolCall::custom("c1", "pay", pay))
+        .await;
+
+    assert!(
+        matches!(
+            tool.settled.lock().unwrap().as_ref(),
+            Some(Ok(Resolved::Failed))
+        ),
+        "the app settled the call first"
+    );
+    assert_eq!(service.effects().len(), 1);
+    assert_eq!(service.posts().len(), 1, "nothing sent again");
+    assert_eq!(service.lookups().len(), 1);
+    let evidence = app.evidence(&t1.execution_id).unwrap();
+    let rec = app.get(&t1.execution_id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::FailedBeforeCommit);
+    assert_eq!(evidence.len(), 1, "the found result is kept; {out:?}");
+    assert_eq!(evidence[0].kind, "commit");
+    assert_eq!(evidence[0].attempt, 1);
+    let found = service.effects()[0].id.clone();
+    assert_eq!(evidence[0].external_id.as_deref(), Some(found.as_str()));
+    assert!(evidence[0]
+        .result_json
+        .as_deref()
+        .is_some_and(|r| r.contains(&found)));
+    assert!(
+        matches!(
+            out,
+            Ok(CallOutcome::Failed {
+                retryable: false,
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+    // Kept: a prune of everything finished never takes it.
+    let pruned = app
+        .prune(toolledger::ledger::PruneCutoff::BeforeMs(i64::MAX), true)
+        .unwrap();
+    assert_eq!(pruned.executions, 0);
+    assert!(app.get(&t1.execution_id).unwrap().is_some());
+}
+
+/// A job tool's request started a job downstream and its owner died before
+/// the job was recorded: unknown. The app, asking the service too early,
+/// settles the call as absent; then the job's webhook says it succeeded,
+/// with its result. The execution stays as settled (`AlreadyFinal`), but
+/// the job's result was dropped: no evidence, the execution prunable as a
+/// failure although its effect happened. It must be kept as evidence.
+#[test]
+fn a_job_result_for_a_call_settled_as_absent_is_kept_as_evidence() {
+    use toolledger::ledger::{JobApplied, JobUpdate, Resolution, Resolved};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (owner, clock) = open_at(&path);
+    let t1 = ticket(
+        owner
+            .begin(&op("o"), 0, &spec("c1", "export", r#"{"what":"all"}"#))
+            .unwrap(),
+    );
+    owner.abandon();
+    let app = open_with(&path, &clock);
+    app.recover().unwrap();
+    assert_eq!(
+        app.get(&t1.execution_id).unwrap().unwrap().status,
+        ExecutionStatus::OutcomeUnknown
+    );
+    let settled = app
+        .resolve_unknown(
+            &t1.attempt_id(),
+            Resolution::NotFoundAbandon {
+                reason: "no export found".into(),
+            },
+        )
+        .unwrap();
+    assert_eq!(settled, Resolved::Failed);
+    let result = r#"{"export":"job_7","rows":12}"#;
+    let applied = app
+        .ingest_webhook(
+            "exports",
+            "evt_1",
+            &t1.execution_id,
+            &JobUpdate::Succeeded {
+                result_json: result.into(),
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        applied,
+        JobApplied::AlreadyFinal(ExecutionStatus::FailedBeforeCommit)
+    );
+    let evidence = app.evidence(&t1.execution_id).unwrap();
+    assert_eq!(evidence.len(), 1, "the job's result is kept");
+    assert_eq!(evidence[0].kind, "commit");
+    assert_eq!(evidence[0].result_json.as_deref(), Some(result));
+    // A repeat of the event is ignored, and keeps nothing twice.
+    assert_eq!(
+        app.ingest_webhook(
+            "exports",
+            "evt_1",
+            &t1.execution_id,
+            &JobUpdate::Succeeded {
+                result_json: result.into(),
+            },
+        )
+        .unwrap(),
+        JobApplied::DuplicateEvent
+    );
+    assert_eq!(app.evidence(&t1.execution_id).unwrap().len(), 1);
+    let pruned = app
+        .prune(toolledger::ledger::PruneCutoff::BeforeMs(i64::MAX), true)
+        .unwrap();
+    assert_eq!(pruned.executions, 0);
+}
+
+// ---------------------------------------------------------------------------
+// Approvals and compensations from two sessions (these held)
+// ---------------------------------------------------------------------------
+
+fn approval_tool(service: &Downstream) -> Arc<HttpTool> {
+    let desc = ToolDescriptor {
+        requires_approval: true,
+        idempotency_key: true,
+        ..ToolDescriptor::side_effect("pay", 1)
+    };
+    Arc::new(HttpTool::new(desc, Kind::Effect, service))
+}
+
+/// One waiting call approved at once from two sessions (the phone and its
+/// watch extension): one payment. The slower approval is refused with the
+/// status it found (`InvalidTransition`, not a second run); that it is an
+/// error rather than the call's outcome is a design question (see the
+/// report): the human approved once, the app shows an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_approved_from_two_sessions_at_once_pays_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        ..Behaviour::default()
+    });
+    let a = executor_at(&path);
+    let b = executor_at(&path);
+    a.register(approval_tool(&service)).unwrap();
+    b.register(approval_tool(&service)).unwrap();
+    let call = ToolCall::custom("c1", "pay", r#"{"amount":"12.50"}"#);
+    let CallOutcome::NeedsApproval {
+        execution_id,
+        args_digest,
+        ..
+    } = a.execute(&op("o"), 0, call).await.unwrap()
+    else {
+        panic!("approval expected")
+    };
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let run = |exec: Executor| {
+        let (id, digest, barrier) = (execution_id.clone(), args_digest.clone(), barrier.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            exec.approve(&id, &digest, None).await
+        })
+    };
+    let (ra, rb) = (run(a.clone()), run(b.clone()));
+    let outs = [ra.await.unwrap(), rb.await.unwrap()];
+    let completed = outs
+        .iter()
+        .filter(|o| matches!(o, Ok(CallOutcome::Completed { .. })))
+        .count();
+    let refused = outs
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Err(toolledger::executor::Error::Ledger(
+                    toolledger::ledger::Error::InvalidTransition {
+                        from: ExecutionStatus::Approved
+                            | ExecutionStatus::Executing
+                            | ExecutionStatus::Committed,
+                        ..
+                    }
+                ))
+            )
+        })
+        .count();
+    assert_eq!((completed, refused), (1, 1), "{outs:?}");
+    assert_eq!(service.effects().len(), 1);
+    assert_eq!(service.posts().len(), 1);
+    let rec = a.ledger().get(&execution_id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::Committed);
+    assert_eq!(rec.attempt_count, 1);
+}
+
+/// An approval given while the ledger is suspended is refused
+/// (`Suspended`) with nothing written and nothing run; after `resume` the
+/// same approval runs the call once, and another session's approval of it
+/// meanwhile would have run it instead (here: none).
+#[tokio::test]
+async fn an_approval_while_suspended_runs_nothing_and_runs_once_after_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        ..Behaviour::default()
+    });
+    let exec = executor_at(&path);
+    exec.register(approval_tool(&service)).unwrap();
+    let call = ToolCall::custom("c1", "pay", r#"{"amount":"12.50"}"#);
+    let CallOutcome::NeedsApproval {
+        execution_id,
+        args_digest,
+        ..
+    } = exec.execute(&op("o"), 0, call.clone()).await.unwrap()
+    else {
+        panic!("approval expected")
+    };
+    exec.ledger().suspend().unwrap();
+    let refused = exec.approve(&execution_id, &args_digest, None).await;
+    assert!(
+        matches!(
+            refused,
+            Err(toolledger::executor::Error::Ledger(
+                toolledger::ledger::Error::Store(toolledger::ledger::StorageError::Suspended)
+            ))
+        ),
+        "{refused:?}"
+    );
+    exec.ledger().resume().unwrap();
+    assert_eq!(
+        exec.ledger().get(&execution_id).unwrap().unwrap().status,
+        ExecutionStatus::Prepared
+    );
+    assert_eq!(service.posts().len(), 0);
+    let out = exec
+        .approve(&execution_id, &args_digest, None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            out,
+            CallOutcome::Completed {
+                replayed: false,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    let again = exec.execute(&op("o"), 0, call).await.unwrap();
+    assert!(
+        matches!(again, CallOutcome::Completed { replayed: true, .. }),
+        "{again:?}"
+    );
+    assert_eq!(service.effects().len(), 1);
+}
+
+/// The same compensation asked from two sessions at once (one refund call
+/// of the model, retried by the app and its extension): one refund.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_compensation_asked_from_two_sessions_at_once_refunds_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        ..Behaviour::default()
+    });
+    let pay = ToolDescriptor {
+        idempotency_key: true,
+        ..ToolDescriptor::side_effect("pay", 1)
+    };
+    let refund = ToolDescriptor {
+        idempotency_key: true,
+        ..ToolDescriptor::side_effect("refund", 1)
+    };
+    let a = executor_at(&path);
+    let b = executor_at(&path);
+    for exec in [&a, &b] {
+        exec.register(Arc::new(HttpTool::new(pay.clone(), Kind::Effect, &service)))
+            .unwrap();
+        exec.register(Arc::new(HttpTool::new(
+            refund.clone(),
+            Kind::Effect,
+            &service,
+        )))
+        .unwrap();
+    }
+    let paid = a
+        .execute(
+            &op("o"),
+            0,
+            ToolCall::custom("c1", "pay", r#"{"amount":"12.50"}"#),
+        )
+        .await
+        .unwrap();
+    let original = paid.execution_id().clone();
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let run = |exec: Executor| {
+        let (original, barrier) = (original.clone(), barrier.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            exec.compensate(
+                &original,
+                &op("o"),
+                1,
+                ToolCall::custom("r1", "refund", r#"{"amount":"12.50"}"#),
+            )
+            .await
+        })
+    };
+    let (ra, rb) = (run(a.clone()), run(b.clone()));
+    let outs = [ra.await.unwrap().unwrap(), rb.await.unwrap().unwrap()];
+    let ran = outs
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                CallOutcome::Completed {
+                    replayed: false,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(ran, 1, "{outs:?}");
+    assert!(
+        outs.iter().all(|o| matches!(
+            o,
+            CallOutcome::Completed { .. } | CallOutcome::InFlight { .. }
+        )),
+        "{outs:?}"
+    );
+    let refunds = service
+        .effects()
+        .iter()
+        .filter(|e| e.body.contains("12.50"))
+        .count();
+    assert_eq!(refunds, 2, "one payment and one refund");
+    assert_eq!(service.posts().len(), 2);
+    assert_eq!(a.ledger().compensations(&original).unwrap().len(), 1);
+}
