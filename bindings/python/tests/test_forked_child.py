@@ -8,6 +8,7 @@ is written or run; the child opens the ledger again to use it. The parent
 is not disturbed: its call runs once and commits, its session is still its
 own (suspend and resume work)."""
 
+import asyncio
 import json
 import os
 import time
@@ -65,6 +66,8 @@ def test_a_forked_child_is_refused_its_parents_ledger_and_the_parent_runs_once(l
             steps = {
                 "new_call": lambda: executor.execute_sync("op", 0, tl.ToolCall("c1", "pay", {"amount": 2})),
                 "replay": lambda: executor.execute_sync("op", 0, tl.ToolCall("c0", "pay", {"amount": 1})),
+                "async_call": lambda: asyncio.run(
+                    asyncio.wait_for(executor.execute("op", 0, tl.ToolCall("c2", "pay", {"amount": 3})), 10)),
                 "get": lambda: ledger.get(first.execution_id),
                 "suspend": lambda: ledger.suspend(),
                 "resume": lambda: ledger.resume(),
@@ -85,7 +88,7 @@ def test_a_forked_child_is_refused_its_parents_ledger_and_the_parent_runs_once(l
     assert _wait(pid) == 0
     with open(report) as f:
         seen = json.load(f)
-    assert seen == {name: "FORKED" for name in ("new_call", "replay", "get", "suspend", "resume")}, seen
+    assert seen == {name: "FORKED" for name in ("new_call", "replay", "async_call", "get", "suspend", "resume")}, seen
     # Nothing of the child's reached the tool or the ledger.
     assert [pid_ for pid_, _ in _effects(effects)] == [str(os.getpid())]
     assert ledger.get(first.execution_id).status is tl.ExecutionStatus.COMMITTED
