@@ -140,10 +140,13 @@ impl ToolExecutor {
     }
 
     /// Approves a waiting call for exactly `args_digest` and runs it.
+    /// Approving again a call already approved for the same digest (a
+    /// double tap) approves nothing more and answers where it stands:
+    /// `InFlight` while it runs, its stored result once committed.
     ///
     /// # Errors
-    /// `DigestMismatch` (nothing unlocked), `InvalidTransition`, `NotFound`,
-    /// `UnknownTool`.
+    /// `DigestMismatch` (nothing unlocked), `InvalidTransition` (rejected,
+    /// or it never waited for an approval), `NotFound`, `UnknownTool`.
     pub async fn approve(
         &self,
         execution_id: ExecutionId,

@@ -465,15 +465,29 @@ impl Executor {
 
     /// Approves a waiting call for exactly `digest` and runs it.
     ///
+    /// Approving again a call already approved for the same `digest` (a
+    /// double tap, a retry after the run half failed, a second device)
+    /// approves nothing more and answers where the call stands, as
+    /// [`Executor::run_existing`] does: `InFlight` while it runs, the stored
+    /// result once committed (a replay), an approved call that did not start
+    /// is started. A rejected call stays refused.
+    ///
     /// # Errors
-    /// Ledger errors (`DigestMismatch`, `InvalidTransition` …), unknown tool.
+    /// Ledger errors (`DigestMismatch`, `InvalidTransition` for a call that
+    /// was rejected or never waited for this approval …), unknown tool.
     pub async fn approve(
         &self,
         id: &ExecutionId,
         digest: &ArgsDigest,
         preview_json: Option<&str>,
     ) -> Result<CallOutcome> {
-        self.inner.ledger.approve(id, digest, preview_json)?;
+        match self.inner.ledger.approve(id, digest, preview_json) {
+            Ok(()) => {}
+            Err(crate::ledger::Error::InvalidTransition { from, .. })
+                if from != ExecutionStatus::Rejected
+                    && self.inner.ledger.was_approved(id, digest)? => {}
+            Err(e) => return Err(e.into()),
+        }
         self.run_existing(id).await
     }
 

@@ -147,6 +147,15 @@ impl Ledger {
         })
     }
 
+    /// True when execution `id` was approved for exactly `digest` (its
+    /// approval is recorded), whatever its status now.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub(crate) fn was_approved(&self, id: &ExecutionId, digest: &ArgsDigest) -> Result<bool> {
+        self.read(|dao| Ok(dao.approval(id, digest)?.is_some()))
+    }
+
     /// Rejects the execution (a human said no). It never runs.
     ///
     /// # Errors

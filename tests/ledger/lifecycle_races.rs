@@ -430,10 +430,9 @@ fn approval_tool(service: &Downstream) -> Arc<HttpTool> {
 }
 
 /// One waiting call approved at once from two sessions (the phone and its
-/// watch extension): one payment. The slower approval is refused with the
-/// status it found (`InvalidTransition`, not a second run); that it is an
-/// error rather than the call's outcome is a design question (see the
-/// report): the human approved once, the app shows an error.
+/// watch extension): one payment. The slower approval approves nothing
+/// more and answers where the call stands (the other session running it,
+/// or its result replayed), not an error and not a second run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_approved_from_two_sessions_at_once_pays_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -465,27 +464,28 @@ async fn a_call_approved_from_two_sessions_at_once_pays_once() {
     };
     let (ra, rb) = (run(a.clone()), run(b.clone()));
     let outs = [ra.await.unwrap(), rb.await.unwrap()];
-    let completed = outs
-        .iter()
-        .filter(|o| matches!(o, Ok(CallOutcome::Completed { .. })))
-        .count();
-    let refused = outs
+    let ran = outs
         .iter()
         .filter(|o| {
             matches!(
                 o,
-                Err(toolledger::executor::Error::Ledger(
-                    toolledger::ledger::Error::InvalidTransition {
-                        from: ExecutionStatus::Approved
-                            | ExecutionStatus::Executing
-                            | ExecutionStatus::Committed,
-                        ..
-                    }
-                ))
+                Ok(CallOutcome::Completed {
+                    replayed: false,
+                    ..
+                })
             )
         })
         .count();
-    assert_eq!((completed, refused), (1, 1), "{outs:?}");
+    let answered = outs
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Ok(CallOutcome::Completed { replayed: true, .. } | CallOutcome::InFlight { .. })
+            )
+        })
+        .count();
+    assert_eq!((ran, answered), (1, 1), "{outs:?}");
     assert_eq!(service.effects().len(), 1);
     assert_eq!(service.posts().len(), 1);
     let rec = a.ledger().get(&execution_id).unwrap().unwrap();
@@ -638,4 +638,139 @@ async fn one_compensation_asked_from_two_sessions_at_once_refunds_once() {
     assert_eq!(refunds, 2, "one payment and one refund");
     assert_eq!(service.posts().len(), 2);
     assert_eq!(a.ledger().compensations(&original).unwrap().len(), 1);
+}
+
+/// Approving again a call approved before for the same arguments (a double
+/// tap, a retry after the app died between the approval and the run)
+/// approves nothing more and answers where the call stands; a rejected
+/// call, a call that never waited for an approval and other arguments stay
+/// refused, with nothing run.
+#[tokio::test]
+async fn approving_again_answers_where_the_call_stands_and_runs_nothing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        ..Behaviour::default()
+    });
+    let exec = executor_at(&path);
+    exec.register(approval_tool(&service)).unwrap();
+    let plain = ToolDescriptor {
+        idempotency_key: true,
+        ..ToolDescriptor::side_effect("ship", 1)
+    };
+    exec.register(Arc::new(HttpTool::new(plain, Kind::Effect, &service)))
+        .unwrap();
+    let waiting = |call_id: &'static str| {
+        let exec = exec.clone();
+        async move {
+            let call = ToolCall::custom(call_id, "pay", r#"{"amount":"12.50"}"#);
+            match exec.execute(&op("o"), 0, call).await.unwrap() {
+                CallOutcome::NeedsApproval {
+                    execution_id,
+                    args_digest,
+                    ..
+                } => (execution_id, args_digest),
+                other => panic!("approval expected: {other:?}"),
+            }
+        }
+    };
+
+    // A double tap after the call ran: its result again, one payment.
+    let (id, digest) = waiting("c1").await;
+    let first = exec.approve(&id, &digest, None).await.unwrap();
+    let CallOutcome::Completed {
+        result_json,
+        replayed: false,
+        ..
+    } = &first
+    else {
+        panic!("{first:?}")
+    };
+    let again = exec.approve(&id, &digest, None).await.unwrap();
+    let CallOutcome::Completed {
+        result_json: again_json,
+        replayed: true,
+        ..
+    } = &again
+    else {
+        panic!("{again:?}")
+    };
+    assert_eq!(again_json, result_json);
+    assert_eq!(service.effects().len(), 1);
+    // Other arguments are still refused.
+    let wrong = toolledger::model::ArgsDigest::parse("0".repeat(64)).unwrap();
+    let mismatch = exec.approve(&id, &wrong, None).await;
+    assert!(
+        matches!(
+            mismatch,
+            Err(toolledger::executor::Error::Ledger(
+                toolledger::ledger::Error::DigestMismatch { .. }
+            ))
+        ),
+        "{mismatch:?}"
+    );
+
+    // Approved, and the app died before the run: approving again runs it,
+    // once.
+    let (id2, digest2) = waiting("c2").await;
+    exec.ledger().approve(&id2, &digest2, None).unwrap();
+    let ran = exec.approve(&id2, &digest2, None).await.unwrap();
+    assert!(
+        matches!(
+            ran,
+            CallOutcome::Completed {
+                replayed: false,
+                ..
+            }
+        ),
+        "{ran:?}"
+    );
+    assert_eq!(exec.ledger().get(&id2).unwrap().unwrap().attempt_count, 1);
+    assert_eq!(service.effects().len(), 2);
+
+    // A rejected call stays rejected.
+    let (id3, digest3) = waiting("c3").await;
+    exec.ledger().reject(&id3, &digest3, "no").unwrap();
+    let refused = exec.approve(&id3, &digest3, None).await;
+    assert!(
+        matches!(
+            refused,
+            Err(toolledger::executor::Error::Ledger(
+                toolledger::ledger::Error::InvalidTransition {
+                    from: ExecutionStatus::Rejected,
+                    ..
+                }
+            ))
+        ),
+        "{refused:?}"
+    );
+
+    // A call that never waited for an approval is not "approved again".
+    let shipped = exec
+        .execute(&op("o"), 0, ToolCall::custom("c4", "ship", r#"{"box":1}"#))
+        .await
+        .unwrap();
+    let CallOutcome::Completed { execution_id, .. } = &shipped else {
+        panic!("{shipped:?}")
+    };
+    let rec = exec.ledger().get(execution_id).unwrap().unwrap();
+    let not_waiting = exec.approve(execution_id, &rec.args_digest, None).await;
+    assert!(
+        matches!(
+            not_waiting,
+            Err(toolledger::executor::Error::Ledger(
+                toolledger::ledger::Error::InvalidTransition {
+                    from: ExecutionStatus::ResultDelivered | ExecutionStatus::Committed,
+                    ..
+                }
+            ))
+        ),
+        "{not_waiting:?}"
+    );
+    assert_eq!(service.effects().len(), 3);
+    assert_eq!(
+        exec.ledger().get(&id3).unwrap().unwrap().status,
+        ExecutionStatus::Rejected
+    );
 }

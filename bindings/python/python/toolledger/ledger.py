@@ -495,7 +495,10 @@ class Executor:
         self, execution_id: str, args_digest: str, preview: Any = None
     ) -> outcomes.CallOutcome:
         """Approves a waiting call for exactly `args_digest` and runs it.
-        `preview` (a Python object) records what the human saw."""
+        `preview` (a Python object) records what the human saw. Approving
+        again a call already approved for the same digest (a double tap)
+        approves nothing more and answers where it stands (`InFlight` while
+        it runs, its stored result once committed)."""
         native = self._enter()
         preview_json = None if preview is None else json.dumps(preview, separators=(",", ":"))
         with translated():

@@ -155,7 +155,12 @@ class Executor @JvmOverloads constructor(
     suspend fun executeRound(operationId: String, round: Int, calls: List<ToolCall>): List<CallOutcome> =
         executor.executeRound(operationId, round.toU("round"), calls)
 
-    /** Approves a waiting call for exactly [argsDigest] and runs it. */
+    /**
+     * Approves a waiting call for exactly [argsDigest] and runs it. Approving
+     * again a call already approved for the same digest (a double tap)
+     * approves nothing more and answers where it stands (`InFlight` while it
+     * runs, its stored result once committed).
+     */
     suspend fun approve(executionId: String, argsDigest: String, previewJson: String? = null): CallOutcome =
         executor.approve(executionId, argsDigest, previewJson)
 
