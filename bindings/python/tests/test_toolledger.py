@@ -157,6 +157,12 @@ def test_approval_binds_to_the_digest(ledger, downstream):
         ledger.approve(waiting.execution_id, waiting.args_digest, None)
     assert err.value.from_status == tl.ExecutionStatus.COMMITTED
     assert err.value.transition == "approve"
+    # The executor's approve of the same call again (a double tap) answers
+    # with its stored result; nothing runs again.
+    again = run(lambda: executor.approve(waiting.execution_id, waiting.args_digest, None))
+    assert again.is_COMPLETED() and again.replayed is True
+    assert again.result_json == done.result_json
+    assert (tool.calls, downstream.count()) == (1, 1)
 
 
 # --- foreign exceptions --------------------------------------------------------

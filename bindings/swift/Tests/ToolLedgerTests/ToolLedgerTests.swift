@@ -151,6 +151,14 @@ final class ToolLedgerTests: XCTestCase {
             XCTAssertEqual(fromStatus, .committed)
             XCTAssertEqual(transition, "approve")
         }
+        // The executor's approve of the same call again (a double tap)
+        // answers with its stored result; nothing runs again.
+        let again = try completed(await executor.approve(executionId: executionId, argsDigest: argsDigest, previewJson: nil))
+        XCTAssertTrue(again.replayed)
+        XCTAssertEqual(again.resultJson, done.resultJson)
+        calls = await tool.calls.value
+        XCTAssertEqual(calls, 1)
+        XCTAssertEqual(try downstream.count(), 1)
     }
 
     // MARK: errors thrown by Swift tools

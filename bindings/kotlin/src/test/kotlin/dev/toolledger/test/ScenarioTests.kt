@@ -185,6 +185,14 @@ val scenarioTests = listOf(
         }
         assertEquals(ExecutionStatus.COMMITTED, late.fromStatus)
         assertEquals("approve", late.transition)
+        // The executor's approve of the same call again (a double tap)
+        // answers with its stored result; nothing runs again.
+        val again = executor.approve(waiting.executionId, waiting.argsDigest, null)
+        assertIs<CallOutcome.Completed>(again)
+        assertTrue(again.replayed)
+        assertEquals(done.resultJson, again.resultJson)
+        assertEquals(1, tool.calls.get())
+        assertEquals(1, downstream.count())
     },
 
     // --- foreign exceptions -------------------------------------------------
