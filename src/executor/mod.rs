@@ -515,6 +515,9 @@ impl Executor {
     /// (a refund for a payment): a new execution with its own id, key and
     /// approval, linked to the original, run under the compensating tool's
     /// own descriptor (its approval rule, keys, lookup and batch mode).
+    /// `op` is the compensation's own operation: nothing begins in a
+    /// cancelled one (`Cancelled`), so a cancelled turn's effect is undone
+    /// from another operation.
     ///
     /// # Errors
     /// [`Error::UnknownTool`]; ledger errors (`NothingToCompensate` when

@@ -255,7 +255,10 @@ impl Ledger {
     /// execution with its own id (`<own>:compensates:<original>`), its own
     /// approval and downstream key, linked to the original. Whether it needs
     /// approval is `spec.requires_approval` (the executor's
-    /// `Executor::compensate` takes it from the compensating tool).
+    /// `Executor::compensate` takes it from the compensating tool). `op` is
+    /// the compensation's own operation: in a cancelled one nothing begins
+    /// (the answer is `Cancelled`), so undoing a cancelled turn's effect
+    /// runs in another operation.
     ///
     /// # Errors
     /// [`Error::NotFound`], [`Error::NothingToCompensate`] when `original`

@@ -799,7 +799,8 @@ impl Ledger {
     /// may exist — an execution committed (or a batch committed some items),
     /// or one is running or has an unknown outcome; those keep their status
     /// and finish honestly. Undo a committed effect with
-    /// [`Ledger::compensate`].
+    /// [`Ledger::compensate`] in another operation (the compensation's own
+    /// turn): nothing begins in a cancelled one, a compensation included.
     ///
     /// # Errors
     /// Storage errors.
