@@ -11,7 +11,12 @@
 //! open) counts the forks of this process's lineage in the child, and a
 //! store compares the count it was opened under with the current one (one
 //! atomic load). Where the handler cannot be registered, the process id is
-//! compared instead (a system call per access).
+//! compared instead (a system call per access: ~200 ns measured here).
+//!
+//! A handler must not outlive the code it points at. glibc and Bionic
+//! register it under the calling object's `__dso_handle` and drop it when
+//! that object is unloaded (`dlclose`); on Apple platforms the library is
+//! linked statically into the app (the XCFramework), never unloaded.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Once;
