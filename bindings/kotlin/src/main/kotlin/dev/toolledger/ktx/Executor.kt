@@ -127,6 +127,16 @@ class Executor @JvmOverloads constructor(
      * Java caller): every step and the tool run here; blocks on disk I/O.
      * Throws `LedgerException.InvalidInput` (nothing recorded) for a tool
      * that is not a registered [SyncTool].
+     *
+     * Interrupting the calling thread stops the call: a tool that throws
+     * with the thread interrupted (an `InterruptedException`, NIO's
+     * `ClosedByInterruptException`) or throws an [Error] has its attempt
+     * recorded as interrupted (unknown, nothing more run; the next ask
+     * resends under the same key, looks the effect up, or answers
+     * `Unknown`) and the throwable is rethrown; a thread interrupted before
+     * the tool starts runs no tool (the attempt is recorded as never sent)
+     * and gets an `InterruptedException`, as does one interrupted in a
+     * retry's backoff.
      */
     fun executeBlocking(operationId: String, round: Int, call: ToolCall): CallOutcome {
         checkUtf16(operationId, call)
