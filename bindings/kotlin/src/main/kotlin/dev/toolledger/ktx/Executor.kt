@@ -77,7 +77,11 @@ class Executor @JvmOverloads constructor(
      * a result or error text with an unpaired UTF-16 surrogate (half an
      * emoji, from `take(n)`) into an unknown outcome: the bindings cannot
      * hand such a string to the library, and it would otherwise escape as
-     * an uncaught exception on the library's thread.
+     * an uncaught exception on the library's thread. An [Error] the tool
+     * throws there (`StackOverflowError`) is an unknown outcome too (from
+     * `lookup`, a failed lookup): the generated callback catches
+     * `Exception` only, and the library would hear nothing until
+     * `performTimeoutMs`.
      */
     fun register(tool: ToolHandler) {
         executor.register(Utf16Guard(tool))

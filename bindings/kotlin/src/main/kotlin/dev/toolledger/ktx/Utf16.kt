@@ -78,6 +78,13 @@ internal fun isEncodable(found: LookupOutcome): Boolean = when (found) {
  * outcome, an exception whose text is unencodable becomes one too (it would
  * escape the generated callback on the library's thread), and an
  * unencodable lookup answer fails the lookup (the outcome stays unknown).
+ * An [Error] thrown by the tool (`StackOverflowError`, `OutOfMemoryError`)
+ * is the tool's failure too: an unknown outcome from `perform`, a failed
+ * lookup. The generated callback catches `Exception` only, so an `Error`
+ * ended its coroutine on the thread's uncaught-exception handler (an app
+ * crash on Android) and the library heard nothing until `performTimeoutMs`
+ * (without one, never). On the library's thread there is no caller to
+ * rethrow it to.
  */
 internal class Utf16Guard(private val tool: ToolHandler) : ToolHandler {
     override fun descriptor(): ToolDescriptor = tool.descriptor()
@@ -89,6 +96,8 @@ internal class Utf16Guard(private val tool: ToolHandler) : ToolHandler {
     } catch (e: Exception) {
         if (e.toString().isWellFormedUtf16()) throw e
         PerformOutcome.Unknown(reason = "${e.javaClass.simpleName} thrown by the tool (its text is not valid UTF-16)")
+    } catch (e: Error) {
+        PerformOutcome.Unknown(reason = "${e.javaClass.simpleName} thrown by the tool")
     }
 
     override suspend fun lookup(request: ToolRequest): LookupOutcome {
@@ -99,6 +108,8 @@ internal class Utf16Guard(private val tool: ToolHandler) : ToolHandler {
         } catch (e: Exception) {
             if (e.toString().isWellFormedUtf16()) throw e
             throw IllegalStateException("${e.javaClass.simpleName} thrown by the lookup (its text is not valid UTF-16)")
+        } catch (e: Error) {
+            throw IllegalStateException("${e.javaClass.simpleName} thrown by the lookup")
         }
         if (!isEncodable(found)) throw IllegalStateException("the lookup's result is not valid UTF-16")
         return found

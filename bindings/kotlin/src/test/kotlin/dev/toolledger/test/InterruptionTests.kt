@@ -331,6 +331,38 @@ val interruptionTests = listOf(
         }
     },
 
+    // Observed before the fix: the generated callback catches Exception
+    // only, so an Error ended its GlobalScope coroutine (the thread's
+    // uncaught-exception handler: an app crash on Android) and the library
+    // heard nothing until performTimeoutMs; with performTimeoutMs = null the
+    // call waited forever.
+    test("interrupted: a suspending Tool that throws an Error is an unknown outcome at once, not a hang") {
+        for (kind in Kind.values()) {
+            val sub = dir.resolve("$kind")
+            Files.createDirectories(sub)
+            val uncaught = AtomicReference<Throwable?>(null)
+            val previous = Thread.getDefaultUncaughtExceptionHandler()
+            Thread.setDefaultUncaughtExceptionHandler { _, e -> uncaught.set(e) }
+            try {
+                val ledger = closeAfter(SuspendLedger.open(sub.resolve("l.db").toString()))
+                val tool = UnusualSuspend(Downstream(sub.resolve("d.log")), kind) { recurse(0) }
+                val executor = closeAfter(Executor(ledger, executorConfig(performTimeoutMs = null), listOf(tool)))
+                val first = runCatching { withTimeout(15_000) { executor.execute("op_1", 0, unusualCall()) } }
+                assertTrue(first.exceptionOrNull() == null, "$kind: ${first.exceptionOrNull()}")
+                assertEquals(null, uncaught.get(), "$kind: uncaught on a coroutine thread")
+                when (kind) {
+                    Kind.KEY -> assertIs<CallOutcome.Completed>(first.getOrNull(), "$kind: resent under the same key")
+                    Kind.LOOKUP -> assertIs<CallOutcome.Completed>(first.getOrNull(), "$kind: found by the lookup")
+                    Kind.NEITHER -> assertIs<CallOutcome.Unknown>(first.getOrNull(), "$kind")
+                }
+                assertEquals(if (kind == Kind.KEY) 2 else 1, tool.calls.get(), "$kind: performs")
+                assertEquals(1, tool.downstream.count(), "$kind: effects")
+            } finally {
+                Thread.setDefaultUncaughtExceptionHandler(previous)
+            }
+        }
+    },
+
     // An exception the generated interface does not declare (not a
     // ToolCallException), an InterruptedException and a CancellationException
     // thrown by a suspending tool the library calls back: each an unknown
