@@ -33,6 +33,11 @@ import kotlinx.coroutines.withContext
  * the library answers at once) or on the calling thread for
  * [executeBlocking], through the library's caller-driven steps: no hop to
  * the library's threads and no callback into the JVM.
+ *
+ * A string argument with an unpaired UTF-16 surrogate (half an emoji, from
+ * `take(n)`), which the generated methods refuse with a
+ * `CharacterCodingException`, is `LedgerException.InvalidInput` here, with
+ * nothing recorded; so is a negative round or attempt.
  */
 class Executor @JvmOverloads constructor(
     /** The generated executor underneath. */
@@ -111,7 +116,7 @@ class Executor @JvmOverloads constructor(
      */
     suspend fun execute(operationId: String, round: Int, call: ToolCall): CallOutcome {
         checkUtf16(operationId, call)
-        val tool = syncTools[call.toolName] ?: return executor.execute(operationId, round.toU("round"), call)
+        val tool = syncTools[call.toolName] ?: return utf16Checked { executor.execute(operationId, round.toU("round"), call) }
         val r = round.toU("round")
         return walking {
             val now = DirectSteps.startNow(executor, operationId, r, call)
@@ -167,37 +172,37 @@ class Executor @JvmOverloads constructor(
 
     /** Runs every call of one model response; outcomes in call order. */
     suspend fun executeRound(operationId: String, round: Int, calls: List<ToolCall>): List<CallOutcome> =
-        executor.executeRound(operationId, round.toU("round"), calls)
+        round.toU("round").let { r -> utf16Checked { executor.executeRound(operationId, r, calls) } }
 
     /** Approves a waiting call for exactly [argsDigest] and runs it. */
     suspend fun approve(executionId: String, argsDigest: String, previewJson: String? = null): CallOutcome =
-        executor.approve(executionId, argsDigest, previewJson)
+        utf16Checked { executor.approve(executionId, argsDigest, previewJson) }
 
     /** Runs an execution that may run now, or reports where it stands. */
-    suspend fun runExisting(executionId: String): CallOutcome = executor.runExisting(executionId)
+    suspend fun runExisting(executionId: String): CallOutcome = utf16Checked { executor.runExisting(executionId) }
 
     /** At app start (after registering every tool) and after resume. */
     suspend fun recover(): Recovery = executor.recover()
 
     /** Settles the unknown outcome of [attempt]. */
     suspend fun resolveUnknown(executionId: String, attempt: Int, resolution: Resolution): CallOutcome =
-        executor.resolveUnknown(executionId, attempt.toU("attempt"), resolution)
+        attempt.toU("attempt").let { a -> utf16Checked { executor.resolveUnknown(executionId, a, resolution) } }
 
     /** Runs a compensation (a refund) of the committed execution [original]. */
     suspend fun compensate(original: String, operationId: String, round: Int, call: ToolCall): CallOutcome =
-        executor.compensate(original, operationId, round.toU("round"), call)
+        round.toU("round").let { r -> utf16Checked { executor.compensate(original, operationId, r, call) } }
 
     /** Cancels an operation (a database write: on [dispatcher]). */
     suspend fun cancelOperation(operationId: String): OperationStatus =
-        withContext(dispatcher) { executor.cancelOperation(operationId) }
+        withContext(dispatcher) { utf16Checked { executor.cancelOperation(operationId) } }
 
     /** Applies a webhook event to its execution exactly once (on [dispatcher]). */
     suspend fun ingestWebhook(source: String, eventId: String, executionId: String, update: JobUpdate): JobApplied =
-        withContext(dispatcher) { executor.ingestWebhook(source, eventId, executionId, update) }
+        withContext(dispatcher) { utf16Checked { executor.ingestWebhook(source, eventId, executionId, update) } }
 
     /** Applies a polled background job's state (on [dispatcher]). */
     suspend fun recordJobUpdate(executionId: String, update: JobUpdate): JobApplied =
-        withContext(dispatcher) { executor.recordJobUpdate(executionId, update) }
+        withContext(dispatcher) { utf16Checked { executor.recordJobUpdate(executionId, update) } }
 
     /** Counters and latency figures so far. */
     fun metrics(): MetricsSnapshot = executor.metrics()

@@ -35,7 +35,9 @@ import kotlinx.coroutines.withContext
  * Open one per database file per process and [close] it when the app no
  * longer needs it (it closes the underlying [Ledger]; an [Executor] over it
  * keeps the library's ledger alive until it is closed too). [events] is
- * the ledger's status moves as a `Flow` (no values in them).
+ * the ledger's status moves as a `Flow` (no values in them). A string
+ * argument with an unpaired UTF-16 surrogate (half an emoji) is
+ * `LedgerException.InvalidInput` with nothing recorded.
  */
 class SuspendLedger @JvmOverloads constructor(
     /** The generated ledger underneath, for what this class does not wrap. */
@@ -69,7 +71,8 @@ class SuspendLedger @JvmOverloads constructor(
     /** True when the ledger is encrypted at rest. */
     val isEncrypted: Boolean get() = ledger.isEncrypted()
 
-    private suspend fun <T> io(block: () -> T): T = withContext(dispatcher) { block() }
+    /** [block] on [dispatcher]; a string it cannot hand the library is `InvalidInput`. */
+    private suspend fun <T> io(block: () -> T): T = withContext(dispatcher) { utf16Checked(block) }
 
     /** This ledger's session id (the owner written on `executing` rows). */
     val sessionId: String get() = ledger.sessionId()

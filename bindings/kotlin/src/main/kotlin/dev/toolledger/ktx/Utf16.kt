@@ -44,6 +44,19 @@ internal fun checkUtf16(operationId: String, call: ToolCall) {
     throw LedgerException.InvalidInput("$bad is not valid UTF-16 (an unpaired surrogate); nothing was recorded")
 }
 
+/**
+ * Runs [call], a generated method: a string argument with an unpaired
+ * surrogate, for which the generated converters throw
+ * `CharacterCodingException` before anything reaches the library, is
+ * `LedgerException.InvalidInput` (nothing was sent, so nothing recorded).
+ * Answers come from the library as valid UTF-8 and cannot throw it.
+ */
+internal inline fun <T> utf16Checked(call: () -> T): T = try {
+    call()
+} catch (e: java.nio.charset.CharacterCodingException) {
+    throw LedgerException.InvalidInput("a string is not valid UTF-16 (an unpaired surrogate); nothing was recorded")
+}
+
 internal const val NOT_UTF16 = "the tool's result is not valid UTF-16 (an unpaired surrogate)"
 
 /** [outcome], or an unknown outcome when it holds a string the library cannot take. */
