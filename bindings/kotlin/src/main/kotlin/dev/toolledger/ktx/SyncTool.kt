@@ -64,17 +64,24 @@ abstract class SyncTool(descriptor: ToolDescriptor) : Tool(descriptor) {
  * `ClosedByInterruptException`) ends the walk: the attempt is reported
  * interrupted (unknown, nothing more handed out; the next ask reconciles
  * it) and the throwable is rethrown, a failure of that report attached to
- * it as suppressed. A thread already interrupted when an attempt is handed
- * out does not run the tool: the attempt is abandoned (never sent) and an
- * `InterruptedException` thrown. Bounded by the library's attempts.
+ * it as suppressed. When [gaveUp] answers a throwable as an attempt is
+ * handed out (this thread interrupted; for `execute`, its coroutine
+ * cancelled), the tool does not run: the attempt is abandoned (never sent)
+ * and that throwable thrown; so it is before a retry's backoff. Bounded by
+ * the library's attempts.
  */
-internal fun drive(executor: ToolExecutor, first: CallerStep, tool: SyncTool): CallOutcome {
+internal fun drive(
+    executor: ToolExecutor,
+    first: CallerStep,
+    tool: SyncTool,
+    gaveUp: () -> Throwable? = ::threadInterrupted,
+): CallOutcome {
     var step = first
     repeat(MAX_STEPS) {
         step = when (val s = step) {
             is CallerStep.Done -> return s.outcome
             is CallerStep.Perform -> {
-                if (Thread.currentThread().isInterrupted) abandon(executor, s.attempt)
+                gaveUp()?.let { abandon(executor, s.attempt, it) }
                 val outcome = try {
                     tool.performNow(s.attempt.request)
                 } catch (e: Throwable) {
@@ -106,6 +113,8 @@ internal fun drive(executor: ToolExecutor, first: CallerStep, tool: SyncTool): C
                 }
             }
             is CallerStep.Retry -> {
+                // Nothing is outstanding between a failure and its retry.
+                gaveUp()?.let { throw it }
                 Thread.sleep(s.afterMs.toSigned())
                 DirectSteps.retry(executor, s.attempt)
             }
@@ -113,6 +122,13 @@ internal fun drive(executor: ToolExecutor, first: CallerStep, tool: SyncTool): C
     }
     error("toolledger: a call did not settle within $MAX_STEPS steps")
 }
+
+/**
+ * An `InterruptedException` when this thread is interrupted (the interrupt
+ * status cleared, as `Thread.sleep` would clear it), else null.
+ */
+internal fun threadInterrupted(): Throwable? =
+    if (Thread.interrupted()) InterruptedException("the thread was interrupted before the tool ran; nothing was sent") else null
 
 /** True when [e] is this thread's interruption, not the tool's own failure. */
 private fun isInterruption(e: Throwable): Boolean =
@@ -135,15 +151,13 @@ private fun interrupted(executor: ToolExecutor, attempt: CallerAttempt, e: Throw
 }
 
 /**
- * [attempt] was handed out to a thread already interrupted: the tool does
- * not run, the attempt is recorded as never sent (a first attempt failed
- * before commit, retryable; a same-key resend back to unknown), and an
- * `InterruptedException` is thrown (the interrupt status cleared, as
- * `Thread.sleep` would).
+ * [attempt] was handed out to a caller that gave up ([e]: its thread
+ * interrupted, its coroutine cancelled): the tool does not run, the attempt
+ * is recorded as never sent (a first attempt failed before commit,
+ * retryable; a same-key resend back to unknown), and [e] is thrown, a
+ * failure of that record attached as suppressed.
  */
-private fun abandon(executor: ToolExecutor, attempt: CallerAttempt): Nothing {
-    Thread.interrupted()
-    val e = InterruptedException("the thread was interrupted before the tool ran; nothing was sent")
+private fun abandon(executor: ToolExecutor, attempt: CallerAttempt, e: Throwable): Nothing {
     if (!attempt.readOnly) {
         runCatching {
             executor.abandonAttempt(attempt.request.executionId, attempt.request.attempt, NOT_RUN)
@@ -154,7 +168,7 @@ private fun abandon(executor: ToolExecutor, attempt: CallerAttempt): Nothing {
 
 private const val MAX_STEPS = 64
 private const val INTERRUPTED = "the caller was interrupted while the tool ran; the outcome is unknown"
-private const val NOT_RUN = "the calling thread was interrupted before the tool ran"
+private const val NOT_RUN = "the caller gave up before the tool ran"
 
 /**
  * Keeps the library's threads attached to the JVM after they call into

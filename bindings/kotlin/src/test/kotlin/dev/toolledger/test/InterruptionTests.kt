@@ -39,6 +39,7 @@ import kotlinx.coroutines.async
 import kotlinx.coroutines.awaitCancellation
 import kotlinx.coroutines.cancelAndJoin
 import kotlinx.coroutines.delay
+import kotlinx.coroutines.job
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.withContext
 import kotlinx.coroutines.withTimeout
@@ -484,6 +485,89 @@ val interruptionTests = listOf(
             } finally {
                 Thread.setDefaultUncaughtExceptionHandler(previous)
             }
+        }
+    },
+    // A thread already interrupted when executeBlocking hands out the
+    // attempt runs no tool: the attempt is recorded as never sent (a first
+    // attempt failed before commit, retryable) and the next ask runs it.
+    test("interrupted: executeBlocking on an interrupted thread runs no tool and leaves the call to run") {
+        for (kind in Kind.values()) {
+            val sub = dir.resolve("$kind")
+            Files.createDirectories(sub)
+            val ledger = closeAfter(SuspendLedger.open(sub.resolve("l.db").toString()))
+            val tool = Unusual(Downstream(sub.resolve("d.log")), kind) {}
+            val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
+            val outcome = AtomicReference<Result<CallOutcome>>()
+            val worker = Thread {
+                Thread.currentThread().interrupt()
+                outcome.set(runCatching { executor.executeBlocking("op_1", 0, unusualCall()) })
+            }
+            worker.start()
+            worker.join(30_000)
+            assertIs<InterruptedException>(outcome.get().exceptionOrNull(), "$kind: ${outcome.get()}")
+            assertEquals(0, tool.calls.get(), "$kind: the tool ran")
+            assertEquals(ExecutionStatus.FAILED_BEFORE_COMMIT, ledger.get(EXECUTION_ID)!!.status, "$kind")
+            val again = executor.executeBlocking("op_1", 0, unusualCall())
+            assertIs<CallOutcome.Completed>(again, "$kind: the repeat")
+            assertEquals(1, tool.calls.get(), "$kind")
+            assertEquals(1, tool.downstream.count(), "$kind: effects")
+        }
+    },
+
+    // A coroutine cancelled before it calls execute (a view model scope that
+    // ended) starts no SyncTool call; one cancelled while the call begins
+    // (on the dispatcher, before the tool runs) runs no tool either: the
+    // attempt is recorded as never sent. The suspending Tool path runs
+    // nothing for an already cancelled coroutine as well.
+    test("interrupted: a coroutine cancelled before its SyncTool starts runs no tool") {
+        for (kind in Kind.values()) {
+            val sub = dir.resolve("$kind")
+            Files.createDirectories(sub)
+            val ledger = closeAfter(SuspendLedger.open(sub.resolve("l.db").toString()))
+            val tool = Unusual(Downstream(sub.resolve("d.log")), kind) {}
+            val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
+            val job = CoroutineScope(Dispatchers.Default).launch {
+                coroutineContext.job.cancel()
+                executor.execute("op_1", 0, unusualCall())
+            }
+            job.join()
+            assertEquals(0, tool.calls.get(), "$kind: the tool ran for a cancelled coroutine")
+            assertEquals(null, ledger.get(EXECUTION_ID), "$kind: nothing begun")
+
+            // Cancelled while the call is begun on the dispatcher.
+            val callerJob = AtomicReference<kotlinx.coroutines.Job?>(null)
+            val cancelling = object : kotlinx.coroutines.CoroutineDispatcher() {
+                override fun dispatch(context: kotlin.coroutines.CoroutineContext, block: Runnable) {
+                    callerJob.get()?.cancel()
+                    Dispatchers.IO.dispatch(context, block)
+                }
+            }
+            val executor2 = closeAfter(Executor(dev.toolledger.ToolExecutor(ledger.ledger, executorConfig()), cancelling))
+            executor2.register(tool)
+            val job2 = CoroutineScope(Dispatchers.Default).launch(start = kotlinx.coroutines.CoroutineStart.LAZY) {
+                executor2.execute("op_1", 0, unusualCall("call_2"))
+            }
+            callerJob.set(job2)
+            job2.start()
+            job2.join()
+            assertEquals(0, tool.calls.get(), "$kind: the tool ran for a coroutine cancelled while its call began")
+            val id2 = EXECUTION_ID.replace("call_1", "call_2")
+            assertEquals(ExecutionStatus.FAILED_BEFORE_COMMIT, ledger.get(id2)?.status, "$kind")
+            assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, unusualCall("call_2")), "$kind: the repeat")
+            assertEquals(1, tool.calls.get(), "$kind")
+            assertEquals(1, tool.downstream.count(), "$kind: effects")
+
+            // The suspending Tool path, already cancelled: nothing runs.
+            val suspTool = UnusualSuspend(Downstream(sub.resolve("d2.log")), kind) {}
+            val ledger3 = closeAfter(SuspendLedger.open(sub.resolve("l3.db").toString()))
+            val executor3 = closeAfter(Executor(ledger3, tools = listOf(suspTool)))
+            CoroutineScope(Dispatchers.Default).launch {
+                coroutineContext.job.cancel()
+                executor3.execute("op_1", 0, unusualCall())
+            }.join()
+            delay(200)
+            assertEquals(0, suspTool.calls.get(), "$kind: the suspending tool ran for a cancelled coroutine")
+            assertEquals(null, ledger3.get(EXECUTION_ID), "$kind: suspending: nothing begun")
         }
     },
 )
