@@ -267,4 +267,40 @@ final class InterruptionTests: XCTestCase {
             try await eventually("cancelled") { tool.sawCancellation.value == 1 }
         }
     }
+    /// A Task cancelled before it calls `execute(…tool:)` starts nothing;
+    /// one cancelled while its call waits for the queue (before the tool
+    /// runs) runs no tool: the attempt handed out is recorded as never sent
+    /// and the next ask runs it.
+    func testATaskCancelledBeforeItsSyncToolStartsRunsNoTool() async throws {
+        for kind in DownstreamKind.allCases {
+            let (executor, ledger, downstream, handler) = try fixture(kind) { d in OddSync(d, kind) {} }
+            let tool = try XCTUnwrap(handler as? OddSync)
+            let task = Task {
+                withUnsafeCurrentTask { $0?.cancel() }
+                return try await executor.execute(operationId: "op_1", round: 0, call: oddCall(), tool: tool)
+            }
+            let first = await task.result
+            if case .success(let out) = first { XCTFail("\(kind): ran for a cancelled task: \(out)") }
+            XCTAssertEqual(tool.calls.value, 0, "\(kind): the tool ran for a cancelled task")
+            XCTAssertNil(try ledger.get(executionId: executionId), "\(kind): begun for a cancelled task")
+
+            // Cancelled while the call waits for its queue.
+            let queue = DispatchQueue(label: "held")
+            let gate = DispatchSemaphore(value: 0)
+            queue.async { _ = gate.wait(timeout: .now() + 10) }
+            let call2 = ToolCall(provider: .custom, callId: "call_2", toolName: "odd", arguments: #"{"to":"a@example.com"}"#)
+            let task2 = Task { try await executor.execute(operationId: "op_1", round: 0, call: call2, tool: tool, queue: queue) }
+            try await Task.sleep(nanoseconds: 200_000_000)
+            task2.cancel()
+            gate.signal()
+            let second = await task2.result
+            if case .success(let out) = second { XCTFail("\(kind): ran for a task cancelled while it waited: \(out)") }
+            XCTAssertEqual(tool.calls.value, 0, "\(kind): the tool ran for a task cancelled while it waited")
+            let id2 = executionId.replacingOccurrences(of: "call_1", with: "call_2")
+            XCTAssertEqual(try ledger.get(executionId: id2)?.status, .failedBeforeCommit, "\(kind)")
+            _ = try completed(executor.executeNow(operationId: "op_1", round: 0, call: call2, tool: tool))
+            XCTAssertEqual(tool.calls.value, 1, "\(kind)")
+            XCTAssertEqual(try downstream.count(), 1, "\(kind): effects")
+        }
+    }
 }
