@@ -570,4 +570,34 @@ val interruptionTests = listOf(
             assertEquals(null, ledger3.get(EXECUTION_ID), "$kind: suspending: nothing begun")
         }
     },
+    // The step API through SuspendLedger: a coroutine cancelled while its
+    // `begin` writes the intent (here: by an observer of that very write)
+    // never gets the ticket. Before the fix, the execution stayed EXECUTING,
+    // owned by this live session, and every later `begin` answered InFlight
+    // for the life of the process; now the attempt nobody was handed is
+    // recorded failed before commit (retryable) and the next begin runs it.
+    test("interrupted: a coroutine cancelled while SuspendLedger.begin writes its intent does not leave the call InFlight") {
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val callerJob = AtomicReference<kotlinx.coroutines.Job?>(null)
+        ledger.ledger.setObserver(object : dev.toolledger.LedgerObserver {
+            override fun onEvent(event: dev.toolledger.LedgerEvent) {
+                callerJob.getAndSet(null)?.cancel()
+            }
+        })
+        val spec = dev.toolledger.CallSpec(call = unusualCall(), toolVersion = 1u, idempotencyKey = true)
+        val job = CoroutineScope(Dispatchers.Default).launch(start = kotlinx.coroutines.CoroutineStart.LAZY) {
+            ledger.begin("op_1", 0, spec)
+        }
+        callerJob.set(job)
+        job.start()
+        job.join()
+        assertTrue(job.isCancelled)
+        val record = ledger.get(EXECUTION_ID)
+        assertEquals(ExecutionStatus.FAILED_BEFORE_COMMIT, record?.status, "stored")
+        val again = ledger.begin("op_1", 0, spec)
+        assertFalse(again is dev.toolledger.Begin.InFlight, "the repeat: $again (stored: ${record?.status})")
+        val ticket = assertIs<dev.toolledger.Begin.Execute>(again, "the repeat").ticket
+        ledger.commit(ticket, """{"ok":1}""")
+        assertEquals(ExecutionStatus.COMMITTED, ledger.get(EXECUTION_ID)!!.status)
+    },
 )
