@@ -600,4 +600,46 @@ val interruptionTests = listOf(
         ledger.commit(ticket, """{"ok":1}""")
         assertEquals(ExecutionStatus.COMMITTED, ledger.get(EXECUTION_ID)!!.status)
     },
+    // An observer that throws an Error or an exception on every move (it
+    // runs inside the library's writes, on the caller's thread for a
+    // SyncTool and on the library's for a suspending tool): ignored, every
+    // call still commits once.
+    test("interrupted: an observer that throws an Error changes no call") {
+        for ((name, thrown) in listOf<Pair<String, () -> Throwable>>(
+            "StackOverflowError" to { StackOverflowError() },
+            "IllegalStateException" to { IllegalStateException("boom") },
+        )) {
+            val sub = dir.resolve(name)
+            Files.createDirectories(sub)
+            val uncaught = AtomicReference<Throwable?>(null)
+            val previous = Thread.getDefaultUncaughtExceptionHandler()
+            Thread.setDefaultUncaughtExceptionHandler { _, e -> uncaught.set(e) }
+            val savedErr = System.err
+            System.setErr(java.io.PrintStream(java.io.ByteArrayOutputStream()))
+            try {
+                val ledger = closeAfter(SuspendLedger.open(sub.resolve("l.db").toString()))
+                val heard = AtomicInteger()
+                ledger.ledger.setObserver(object : dev.toolledger.LedgerObserver {
+                    override fun onEvent(event: dev.toolledger.LedgerEvent) {
+                        heard.incrementAndGet()
+                        throw thrown()
+                    }
+                })
+                val sync = Unusual(Downstream(sub.resolve("d.log")), Kind.NEITHER) {}
+                val susp = object : Tool(toolDescriptor("susp")) {
+                    override suspend fun perform(request: ToolRequest) =
+                        PerformOutcome.Committed(resultJson = "{}", externalId = null)
+                }
+                val executor = closeAfter(Executor(ledger, tools = listOf(sync, susp)))
+                assertIs<CallOutcome.Completed>(executor.executeBlocking("op_1", 0, unusualCall()), name)
+                assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, unusualCall().copy(callId = "c2", toolName = "susp")), name)
+                assertTrue(heard.get() >= 4, "$name: heard ${heard.get()}")
+                assertEquals(ExecutionStatus.COMMITTED, ledger.get(EXECUTION_ID)!!.status)
+                assertEquals(1, sync.downstream.count())
+            } finally {
+                System.setErr(savedErr)
+                Thread.setDefaultUncaughtExceptionHandler(previous)
+            }
+        }
+    },
 )
