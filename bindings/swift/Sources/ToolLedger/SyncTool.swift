@@ -76,8 +76,15 @@ extension ToolExecutor {
     }
 
     /// Walks one call's steps from `first` on this thread, running `tool`
-    /// for each attempt or lookup the library hands out.
-    private func walk(from first: CallerStep, tool: any SyncTool) throws -> CallOutcome {
+    /// for each attempt or lookup the library hands out. When `gaveUp`
+    /// answers true as an attempt is handed out (the awaiting task was
+    /// cancelled before its tool ran), the tool does not run: the attempt
+    /// is recorded as never sent (`abandonAttempt`: a first attempt failed
+    /// before commit, retryable; a same-key resend back to unknown) and
+    /// `CancellationError` is thrown; so it is before a retry's backoff.
+    private func walk(
+        from first: CallerStep, tool: any SyncTool, gaveUp: () -> Bool = { false }
+    ) throws -> CallOutcome {
         var step = first
         // Bounded by the library's attempts; a longer walk is a bug.
         for _ in 0..<64 {
@@ -85,6 +92,17 @@ extension ToolExecutor {
             case .done(let outcome):
                 return outcome
             case .perform(let attempt):
+                if gaveUp() {
+                    if !attempt.readOnly {
+                        // A failure to record it leaves the attempt this
+                        // executor's orphan (reconciled at the next ask):
+                        // the caller still gets its cancellation.
+                        _ = try? abandonAttempt(
+                            executionId: attempt.request.executionId, attempt: attempt.request.attempt,
+                            reason: "the caller was cancelled before the tool ran")
+                    }
+                    throw CancellationError()
+                }
                 let outcome: PerformOutcome
                 do {
                     outcome = try tool.performNow(request: attempt.request)
@@ -100,6 +118,8 @@ extension ToolExecutor {
                     step = try reportLookupError(attempt: attempt, message: "the lookup threw")
                 }
             case .retry(let attempt, let afterMs):
+                // Nothing is outstanding between a failure and its retry.
+                if gaveUp() { throw CancellationError() }
                 Thread.sleep(forTimeInterval: Double(afterMs) / 1000)
                 step = try retry(attempt: attempt)
             }
@@ -110,7 +130,12 @@ extension ToolExecutor {
     /// `executeNow` on `queue` (by default the layer's ledger queue), never
     /// on the caller's thread or actor and never on Swift concurrency's
     /// cooperative pool, which must not wait on the disk. Not cancellable
-    /// once started: a cancelled task still waits and then sees the outcome.
+    /// once its tool has started: a cancelled task still waits and then
+    /// sees the outcome. A task cancelled before that runs no tool: one
+    /// cancelled when it calls throws `CancellationError` with nothing
+    /// begun; one cancelled while its call waits for `queue` or is begun
+    /// has the attempt it was handed recorded as never sent (the next ask
+    /// runs it) and throws `CancellationError`.
     ///
     /// A replay the library answers at once (`startNow`: the ledger's one
     /// connection free at this moment, a read that never waits) is answered
@@ -127,15 +152,34 @@ extension ToolExecutor {
         if case .done(let outcome)? = now {
             return outcome
         }
-        return try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                continuation.resume(with: Result {
-                    // `startNow` only answers `.done`; any other step is walked here.
-                    try self.walk(
-                        from: now ?? self.start(operationId: operationId, round: round, call: call),
-                        tool: tool)
-                })
+        // A cancelled task starts nothing.
+        try Task.checkCancellation()
+        let cancelled = CancelledFlag()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                queue.async {
+                    continuation.resume(with: Result {
+                        // `startNow` only answers `.done`; any other step is walked here.
+                        try self.walk(
+                            from: now ?? self.start(operationId: operationId, round: round, call: call),
+                            tool: tool, gaveUp: { cancelled.isSet })
+                    })
+                }
             }
+        } onCancel: {
+            cancelled.set()
         }
     }
+}
+
+/// Set once, from a task's cancellation handler; read on the queue.
+private final class CancelledFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+
+    /// Whether the task was cancelled.
+    var isSet: Bool { lock.withLock { value } }
+
+    /// Marks the task cancelled.
+    func set() { lock.withLock { value = true } }
 }

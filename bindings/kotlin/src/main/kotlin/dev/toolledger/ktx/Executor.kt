@@ -15,9 +15,13 @@ import dev.toolledger.ToolCall
 import dev.toolledger.ToolExecutor
 import dev.toolledger.ToolHandler
 import java.util.concurrent.ConcurrentHashMap
+import kotlin.coroutines.cancellation.CancellationException
 import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.Job
 import kotlinx.coroutines.NonCancellable
+import kotlinx.coroutines.currentCoroutineContext
+import kotlinx.coroutines.ensureActive
 import kotlinx.coroutines.withContext
 
 /**
@@ -26,13 +30,20 @@ import kotlinx.coroutines.withContext
  * caller); the few that touch the database synchronously run on
  * [dispatcher] (`Dispatchers.IO` unless given). Cancelling the coroutine
  * that awaits a call only loses the answer: the call finishes inside the
- * library and its outcome is recorded (a repeat gets it back).
+ * library and its outcome is recorded (a repeat gets it back). A
+ * coroutine already cancelled when it calls one of them starts nothing
+ * (its `CancellationException` is thrown).
  *
  * A [SyncTool] is run by the caller itself, on [dispatcher] for
  * [execute] (no hop when the caller is already there; none for a replay
  * the library answers at once) or on the calling thread for
  * [executeBlocking], through the library's caller-driven steps: no hop to
  * the library's threads and no callback into the JVM.
+ *
+ * A string argument with an unpaired UTF-16 surrogate (half an emoji, from
+ * `take(n)`), which the generated methods refuse with a
+ * `CharacterCodingException`, is `LedgerException.InvalidInput` here, with
+ * nothing recorded; so is a negative round or attempt.
  */
 class Executor @JvmOverloads constructor(
     /** The generated executor underneath. */
@@ -77,7 +88,11 @@ class Executor @JvmOverloads constructor(
      * a result or error text with an unpaired UTF-16 surrogate (half an
      * emoji, from `take(n)`) into an unknown outcome: the bindings cannot
      * hand such a string to the library, and it would otherwise escape as
-     * an uncaught exception on the library's thread.
+     * an uncaught exception on the library's thread. An [Error] the tool
+     * throws there (`StackOverflowError`) is an unknown outcome too (from
+     * `lookup`, a failed lookup): the generated callback catches
+     * `Exception` only, and the library would hear nothing until
+     * `performTimeoutMs`.
      */
     fun register(tool: ToolHandler) {
         executor.register(Utf16Guard(tool))
@@ -89,8 +104,11 @@ class Executor @JvmOverloads constructor(
     /**
      * Runs one tool call (replay, approval, or a run with durable intent and
      * result). A [SyncTool] runs on [dispatcher] in this coroutine's
-     * place; once started it finishes even if the coroutine is cancelled
-     * (only the answer is lost, as for every other tool).
+     * place; once its tool has started it finishes even if the coroutine
+     * is cancelled (only the answer is lost, as for every other tool). A
+     * coroutine cancelled before that runs no tool: cancelled when it
+     * calls, nothing is begun; cancelled while the call is begun, the
+     * attempt handed out is recorded as never sent (the next ask runs it).
      *
      * A replay is answered on the calling thread when the library can
      * answer it at once (`startNow`: the ledger's one connection free at
@@ -107,16 +125,26 @@ class Executor @JvmOverloads constructor(
      */
     suspend fun execute(operationId: String, round: Int, call: ToolCall): CallOutcome {
         checkUtf16(operationId, call)
-        val tool = syncTools[call.toolName] ?: return executor.execute(operationId, round.toU("round"), call)
+        val tool = syncTools[call.toolName] ?: return started { executor.execute(operationId, round.toU("round"), call) }
         val r = round.toU("round")
+        val caller = currentCoroutineContext()[Job]
         return walking {
             val now = DirectSteps.startNow(executor, operationId, r, call)
             if (now is CallerStep.Done) {
                 now.outcome
             } else {
+                // A cancelled coroutine starts nothing (the suspending tools'
+                // path runs nothing for it either).
+                currentCoroutineContext().ensureActive()
                 withContext(dispatcher + NonCancellable) {
                     // `startNow` only answers `Done`; any other step is walked there.
-                    drive(executor, now ?: DirectSteps.start(executor, operationId, r, call), tool)
+                    drive(executor, now ?: DirectSteps.start(executor, operationId, r, call), tool) {
+                        if (caller?.isCancelled == true) {
+                            CancellationException("the caller was cancelled before the tool ran; nothing was sent")
+                        } else {
+                            threadInterrupted()
+                        }
+                    }
                 }
             }
         }
@@ -127,6 +155,16 @@ class Executor @JvmOverloads constructor(
      * Java caller): every step and the tool run here; blocks on disk I/O.
      * Throws `LedgerException.InvalidInput` (nothing recorded) for a tool
      * that is not a registered [SyncTool].
+     *
+     * Interrupting the calling thread stops the call: a tool that throws
+     * with the thread interrupted (an `InterruptedException`, NIO's
+     * `ClosedByInterruptException`) or throws an [Error] has its attempt
+     * recorded as interrupted (unknown, nothing more run; the next ask
+     * resends under the same key, looks the effect up, or answers
+     * `Unknown`) and the throwable is rethrown; a thread interrupted before
+     * the tool starts runs no tool (the attempt is recorded as never sent)
+     * and gets an `InterruptedException`, as does one interrupted in a
+     * retry's backoff.
      */
     fun executeBlocking(operationId: String, round: Int, call: ToolCall): CallOutcome {
         checkUtf16(operationId, call)
@@ -151,9 +189,21 @@ class Executor @JvmOverloads constructor(
         }
     }
 
+    /**
+     * [call], a generated `suspend` method that may run tools: refused with
+     * this coroutine's `CancellationException` when it is cancelled already
+     * (the generated code would start the call on its first poll, and only
+     * the answer would be lost); a string it cannot hand the library is
+     * `InvalidInput` ([utf16Checked]).
+     */
+    private suspend inline fun <T> started(call: () -> T): T {
+        currentCoroutineContext().ensureActive()
+        return utf16Checked(call)
+    }
+
     /** Runs every call of one model response; outcomes in call order. */
     suspend fun executeRound(operationId: String, round: Int, calls: List<ToolCall>): List<CallOutcome> =
-        executor.executeRound(operationId, round.toU("round"), calls)
+        round.toU("round").let { r -> started { executor.executeRound(operationId, r, calls) } }
 
     /**
      * Approves a waiting call for exactly [argsDigest] and runs it. Approving
@@ -162,33 +212,33 @@ class Executor @JvmOverloads constructor(
      * runs, its stored result once committed).
      */
     suspend fun approve(executionId: String, argsDigest: String, previewJson: String? = null): CallOutcome =
-        executor.approve(executionId, argsDigest, previewJson)
+        started { executor.approve(executionId, argsDigest, previewJson) }
 
     /** Runs an execution that may run now, or reports where it stands. */
-    suspend fun runExisting(executionId: String): CallOutcome = executor.runExisting(executionId)
+    suspend fun runExisting(executionId: String): CallOutcome = started { executor.runExisting(executionId) }
 
     /** At app start (after registering every tool) and after resume. */
-    suspend fun recover(): Recovery = executor.recover()
+    suspend fun recover(): Recovery = started { executor.recover() }
 
     /** Settles the unknown outcome of [attempt]. */
     suspend fun resolveUnknown(executionId: String, attempt: Int, resolution: Resolution): CallOutcome =
-        executor.resolveUnknown(executionId, attempt.toU("attempt"), resolution)
+        attempt.toU("attempt").let { a -> started { executor.resolveUnknown(executionId, a, resolution) } }
 
     /** Runs a compensation (a refund) of the committed execution [original]. */
     suspend fun compensate(original: String, operationId: String, round: Int, call: ToolCall): CallOutcome =
-        executor.compensate(original, operationId, round.toU("round"), call)
+        round.toU("round").let { r -> started { executor.compensate(original, operationId, r, call) } }
 
     /** Cancels an operation (a database write: on [dispatcher]). */
     suspend fun cancelOperation(operationId: String): OperationStatus =
-        withContext(dispatcher) { executor.cancelOperation(operationId) }
+        withContext(dispatcher) { utf16Checked { executor.cancelOperation(operationId) } }
 
     /** Applies a webhook event to its execution exactly once (on [dispatcher]). */
     suspend fun ingestWebhook(source: String, eventId: String, executionId: String, update: JobUpdate): JobApplied =
-        withContext(dispatcher) { executor.ingestWebhook(source, eventId, executionId, update) }
+        withContext(dispatcher) { utf16Checked { executor.ingestWebhook(source, eventId, executionId, update) } }
 
     /** Applies a polled background job's state (on [dispatcher]). */
     suspend fun recordJobUpdate(executionId: String, update: JobUpdate): JobApplied =
-        withContext(dispatcher) { executor.recordJobUpdate(executionId, update) }
+        withContext(dispatcher) { utf16Checked { executor.recordJobUpdate(executionId, update) } }
 
     /** Counters and latency figures so far. */
     fun metrics(): MetricsSnapshot = executor.metrics()

@@ -15,8 +15,11 @@ import dev.toolledger.Resolved
 import dev.toolledger.StoredResult
 import dev.toolledger.Ticket
 import dev.toolledger.TransitionEntry
+import java.util.concurrent.atomic.AtomicReference
+import kotlin.coroutines.cancellation.CancellationException
 import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.NonCancellable
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.withContext
 
@@ -35,7 +38,9 @@ import kotlinx.coroutines.withContext
  * Open one per database file per process and [close] it when the app no
  * longer needs it (it closes the underlying [Ledger]; an [Executor] over it
  * keeps the library's ledger alive until it is closed too). [events] is
- * the ledger's status moves as a `Flow` (no values in them).
+ * the ledger's status moves as a `Flow` (no values in them). A string
+ * argument with an unpaired UTF-16 surrogate (half an emoji) is
+ * `LedgerException.InvalidInput` with nothing recorded.
  */
 class SuspendLedger @JvmOverloads constructor(
     /** The generated ledger underneath, for what this class does not wrap. */
@@ -69,18 +74,51 @@ class SuspendLedger @JvmOverloads constructor(
     /** True when the ledger is encrypted at rest. */
     val isEncrypted: Boolean get() = ledger.isEncrypted()
 
-    private suspend fun <T> io(block: () -> T): T = withContext(dispatcher) { block() }
+    /** [block] on [dispatcher]; a string it cannot hand the library is `InvalidInput`. */
+    private suspend fun <T> io(block: () -> T): T = withContext(dispatcher) { utf16Checked(block) }
 
     /** This ledger's session id (the owner written on `executing` rows). */
     val sessionId: String get() = ledger.sessionId()
 
-    /** Begins every call of one model response in one durable transaction. */
-    suspend fun beginRound(operationId: String, round: Int, calls: List<CallSpec>): List<Begin> =
-        round.toU("round").let { r -> io { ledger.beginRound(operationId, r, calls) } }
+    /**
+     * [io] for a method that starts attempts (the [tickets] in its answer).
+     * A coroutine cancelled while [block] runs, or just after, loses the
+     * answer: nobody holds those tickets and nothing can have been sent
+     * under them, so each is recorded failed before commit (retryable; the
+     * next `begin` runs the call) before the `CancellationException` goes
+     * on. Otherwise the attempt stayed `executing` under this live session
+     * and every later `begin` answered `InFlight` for the life of the
+     * process. A coroutine cancelled before [block] starts runs nothing.
+     */
+    private suspend fun <T> startingAttempts(block: () -> T, tickets: (T) -> List<Ticket>): T {
+        val handedOut = AtomicReference<List<Ticket>>(emptyList())
+        try {
+            return io { block().also { handedOut.set(tickets(it)) } }
+        } catch (e: CancellationException) {
+            val lost = handedOut.getAndSet(emptyList())
+            if (lost.isNotEmpty()) {
+                runCatching {
+                    withContext(dispatcher + NonCancellable) {
+                        lost.forEach { runCatching { ledger.failBeforeCommit(it, NOT_HANDED_OUT, true) } }
+                    }
+                }
+            }
+            throw e
+        }
+    }
 
-    /** Begins one call. */
+    /**
+     * Begins every call of one model response in one durable transaction.
+     * Cancelled while it runs, it leaves no attempt started (see the class).
+     */
+    suspend fun beginRound(operationId: String, round: Int, calls: List<CallSpec>): List<Begin> =
+        round.toU("round").let { r ->
+            startingAttempts({ ledger.beginRound(operationId, r, calls) }) { begins -> begins.mapNotNull(::executeTicket) }
+        }
+
+    /** Begins one call. Cancelled while it runs, it leaves no attempt started. */
     suspend fun begin(operationId: String, round: Int, spec: CallSpec): Begin =
-        round.toU("round").let { r -> io { ledger.begin(operationId, r, spec) } }
+        round.toU("round").let { r -> startingAttempts({ ledger.begin(operationId, r, spec) }) { listOfNotNull(executeTicket(it)) } }
 
     /** Approves the execution for exactly the arguments with [argsDigest]. */
     suspend fun approve(executionId: String, argsDigest: String, previewJson: String? = null) =
@@ -90,8 +128,12 @@ class SuspendLedger @JvmOverloads constructor(
     suspend fun reject(executionId: String, argsDigest: String, reason: String) =
         io { ledger.reject(executionId, argsDigest, reason) }
 
-    /** Starts the next attempt of an approved (or retryable failed) execution. */
-    suspend fun markExecuting(executionId: String): Ticket = io { ledger.markExecuting(executionId) }
+    /**
+     * Starts the next attempt of an approved (or retryable failed)
+     * execution. Cancelled while it runs, it leaves no attempt started.
+     */
+    suspend fun markExecuting(executionId: String): Ticket =
+        startingAttempts({ ledger.markExecuting(executionId) }) { listOf(it) }
 
     /** Makes the downstream's id for the effect durable. */
     suspend fun recordExternalId(ticket: Ticket, externalId: String) =
@@ -115,9 +157,17 @@ class SuspendLedger @JvmOverloads constructor(
     suspend fun markOutcomeUnknown(ticket: Ticket, reason: String) =
         io { ledger.markOutcomeUnknown(ticket, reason) }
 
-    /** Resolves the unknown outcome of [attempt] of the execution. */
+    /**
+     * Resolves the unknown outcome of [attempt] of the execution. A
+     * `Resolved.Retry` attempt whose coroutine was cancelled while it was
+     * started is recorded failed before commit (nobody holds its ticket).
+     */
     suspend fun resolveUnknown(executionId: String, attempt: Int, resolution: Resolution): Resolved =
-        attempt.toU("attempt").let { a -> io { ledger.resolveUnknown(executionId, a, resolution) } }
+        attempt.toU("attempt").let { a ->
+            startingAttempts({ ledger.resolveUnknown(executionId, a, resolution) }) {
+                listOfNotNull((it as? Resolved.Retry)?.ticket)
+            }
+        }
 
     /** Marks results as handed to the model. */
     suspend fun markDelivered(executionIds: List<String>) = io { ledger.markDelivered(executionIds) }
@@ -131,9 +181,11 @@ class SuspendLedger @JvmOverloads constructor(
     /** Marks an operation completed. */
     suspend fun completeOperation(operationId: String) = io { ledger.completeOperation(operationId) }
 
-    /** Begins a compensation of the committed execution [original]. */
+    /** Begins a compensation of the committed execution [original] (cancelled: as [begin]). */
     suspend fun compensate(original: String, operationId: String, round: Int, spec: CallSpec): Begin =
-        round.toU("round").let { r -> io { ledger.compensate(original, operationId, r, spec) } }
+        round.toU("round").let { r ->
+            startingAttempts({ ledger.compensate(original, operationId, r, spec) }) { listOfNotNull(executeTicket(it)) }
+        }
 
     /** Reads one execution. */
     suspend fun get(executionId: String): Execution? = io { ledger.get(executionId) }
@@ -178,3 +230,12 @@ class SuspendLedger @JvmOverloads constructor(
     /** Closes the underlying [Ledger]. */
     override fun close() = ledger.close()
 }
+
+/**
+ * The ticket of an attempt [begin] started for its caller, who runs it:
+ * `Execute` only (a `Reconcile` ticket names an attempt whose outcome is
+ * unknown already, which is not the caller's to fail).
+ */
+private fun executeTicket(begin: Begin): Ticket? = (begin as? Begin.Execute)?.ticket
+
+private const val NOT_HANDED_OUT = "the caller was cancelled before it got the attempt; nothing was sent"

@@ -7,6 +7,7 @@ package dev.toolledger.ktx
 import com.sun.jna.CallbackThreadInitializer
 import com.sun.jna.Native
 import dev.toolledger.CallOutcome
+import dev.toolledger.CallerAttempt
 import dev.toolledger.CallerStep
 import dev.toolledger.LookupOutcome
 import dev.toolledger.PerformOutcome
@@ -55,23 +56,37 @@ abstract class SyncTool(descriptor: ToolDescriptor) : Tool(descriptor) {
 /**
  * Walks one call's caller-driven steps on this thread, running [tool] for
  * each attempt or lookup the library hands out (each step one native call:
- * [DirectSteps]). If the tool throws, the
- * attempt is reported as an unknown outcome; an [Error] or an interruption
- * is reported too before it goes on. Bounded by the library's attempts.
+ * [DirectSteps]). If the tool throws an [Exception], the attempt is
+ * reported as an unknown outcome and the walk goes on (for a key tool, a
+ * same-key resend). An [Error] (`OutOfMemoryError`, `StackOverflowError`)
+ * or an interruption of this thread (an `InterruptedException`, or any
+ * throw with the thread's interrupt status set, such as NIO's
+ * `ClosedByInterruptException`) ends the walk: the attempt is reported
+ * interrupted (unknown, nothing more handed out; the next ask reconciles
+ * it) and the throwable is rethrown, a failure of that report attached to
+ * it as suppressed. When [gaveUp] answers a throwable as an attempt is
+ * handed out (this thread interrupted; for `execute`, its coroutine
+ * cancelled), the tool does not run: the attempt is abandoned (never sent)
+ * and that throwable thrown; so it is before a retry's backoff. Bounded by
+ * the library's attempts.
  */
-internal fun drive(executor: ToolExecutor, first: CallerStep, tool: SyncTool): CallOutcome {
+internal fun drive(
+    executor: ToolExecutor,
+    first: CallerStep,
+    tool: SyncTool,
+    gaveUp: () -> Throwable? = ::threadInterrupted,
+): CallOutcome {
     var step = first
     repeat(MAX_STEPS) {
         step = when (val s = step) {
             is CallerStep.Done -> return s.outcome
             is CallerStep.Perform -> {
+                gaveUp()?.let { abandon(executor, s.attempt, it) }
                 val outcome = try {
                     tool.performNow(s.attempt.request)
-                } catch (e: Exception) {
-                    PerformOutcome.Unknown(reason = "${e.javaClass.simpleName} thrown by the tool")
                 } catch (e: Throwable) {
-                    DirectSteps.report(executor, s.attempt, PerformOutcome.Unknown(reason = INTERRUPTED))
-                    throw e
+                    if (e !is Exception || isInterruption(e)) interrupted(executor, s.attempt, e)
+                    PerformOutcome.Unknown(reason = "${e.javaClass.simpleName} thrown by the tool")
                 }
                 // A string the library cannot take (an unpaired surrogate)
                 // is an unknown outcome: the report must reach the library.
@@ -80,7 +95,13 @@ internal fun drive(executor: ToolExecutor, first: CallerStep, tool: SyncTool): C
             is CallerStep.Lookup -> {
                 val found = try {
                     tool.lookupNow(s.attempt.request)
-                } catch (e: Exception) {
+                } catch (e: Throwable) {
+                    if (e !is Exception || isInterruption(e)) {
+                        // The lookup proved nothing: the outcome stays unknown.
+                        runCatching { DirectSteps.reportLookupError(executor, s.attempt, "the lookup was interrupted") }
+                            .exceptionOrNull()?.let(e::addSuppressed)
+                        throw e
+                    }
                     null
                 }
                 if (found == null) {
@@ -92,6 +113,8 @@ internal fun drive(executor: ToolExecutor, first: CallerStep, tool: SyncTool): C
                 }
             }
             is CallerStep.Retry -> {
+                // Nothing is outstanding between a failure and its retry.
+                gaveUp()?.let { throw it }
                 Thread.sleep(s.afterMs.toSigned())
                 DirectSteps.retry(executor, s.attempt)
             }
@@ -100,8 +123,52 @@ internal fun drive(executor: ToolExecutor, first: CallerStep, tool: SyncTool): C
     error("toolledger: a call did not settle within $MAX_STEPS steps")
 }
 
+/**
+ * An `InterruptedException` when this thread is interrupted (the interrupt
+ * status cleared, as `Thread.sleep` would clear it), else null.
+ */
+internal fun threadInterrupted(): Throwable? =
+    if (Thread.interrupted()) InterruptedException("the thread was interrupted before the tool ran; nothing was sent") else null
+
+/** True when [e] is this thread's interruption, not the tool's own failure. */
+private fun isInterruption(e: Throwable): Boolean =
+    e is InterruptedException || Thread.currentThread().isInterrupted
+
+/**
+ * Reports [attempt] interrupted while the tool ran (unknown; unlike a
+ * report of `Unknown` nothing is handed out, so no same-key resend is left
+ * running for nobody) and rethrows [e]. A read-only attempt has nothing
+ * recorded to report. A failure of the report is attached to [e], never
+ * thrown in its place.
+ */
+private fun interrupted(executor: ToolExecutor, attempt: CallerAttempt, e: Throwable): Nothing {
+    if (!attempt.readOnly) {
+        runCatching {
+            executor.reportInterrupted(attempt.request.executionId, attempt.request.attempt, INTERRUPTED)
+        }.exceptionOrNull()?.let(e::addSuppressed)
+    }
+    throw e
+}
+
+/**
+ * [attempt] was handed out to a caller that gave up ([e]: its thread
+ * interrupted, its coroutine cancelled): the tool does not run, the attempt
+ * is recorded as never sent (a first attempt failed before commit,
+ * retryable; a same-key resend back to unknown), and [e] is thrown, a
+ * failure of that record attached as suppressed.
+ */
+private fun abandon(executor: ToolExecutor, attempt: CallerAttempt, e: Throwable): Nothing {
+    if (!attempt.readOnly) {
+        runCatching {
+            executor.abandonAttempt(attempt.request.executionId, attempt.request.attempt, NOT_RUN)
+        }.exceptionOrNull()?.let(e::addSuppressed)
+    }
+    throw e
+}
+
 private const val MAX_STEPS = 64
 private const val INTERRUPTED = "the caller was interrupted while the tool ran; the outcome is unknown"
+private const val NOT_RUN = "the caller gave up before the tool ran"
 
 /**
  * Keeps the library's threads attached to the JVM after they call into

@@ -44,6 +44,19 @@ internal fun checkUtf16(operationId: String, call: ToolCall) {
     throw LedgerException.InvalidInput("$bad is not valid UTF-16 (an unpaired surrogate); nothing was recorded")
 }
 
+/**
+ * Runs [call], a generated method: a string argument with an unpaired
+ * surrogate, for which the generated converters throw
+ * `CharacterCodingException` before anything reaches the library, is
+ * `LedgerException.InvalidInput` (nothing was sent, so nothing recorded).
+ * Answers come from the library as valid UTF-8 and cannot throw it.
+ */
+internal inline fun <T> utf16Checked(call: () -> T): T = try {
+    call()
+} catch (e: java.nio.charset.CharacterCodingException) {
+    throw LedgerException.InvalidInput("a string is not valid UTF-16 (an unpaired surrogate); nothing was recorded")
+}
+
 internal const val NOT_UTF16 = "the tool's result is not valid UTF-16 (an unpaired surrogate)"
 
 /** [outcome], or an unknown outcome when it holds a string the library cannot take. */
@@ -78,6 +91,13 @@ internal fun isEncodable(found: LookupOutcome): Boolean = when (found) {
  * outcome, an exception whose text is unencodable becomes one too (it would
  * escape the generated callback on the library's thread), and an
  * unencodable lookup answer fails the lookup (the outcome stays unknown).
+ * An [Error] thrown by the tool (`StackOverflowError`, `OutOfMemoryError`)
+ * is the tool's failure too: an unknown outcome from `perform`, a failed
+ * lookup. The generated callback catches `Exception` only, so an `Error`
+ * ended its coroutine on the thread's uncaught-exception handler (an app
+ * crash on Android) and the library heard nothing until `performTimeoutMs`
+ * (without one, never). On the library's thread there is no caller to
+ * rethrow it to.
  */
 internal class Utf16Guard(private val tool: ToolHandler) : ToolHandler {
     override fun descriptor(): ToolDescriptor = tool.descriptor()
@@ -89,6 +109,8 @@ internal class Utf16Guard(private val tool: ToolHandler) : ToolHandler {
     } catch (e: Exception) {
         if (e.toString().isWellFormedUtf16()) throw e
         PerformOutcome.Unknown(reason = "${e.javaClass.simpleName} thrown by the tool (its text is not valid UTF-16)")
+    } catch (e: Error) {
+        PerformOutcome.Unknown(reason = "${e.javaClass.simpleName} thrown by the tool")
     }
 
     override suspend fun lookup(request: ToolRequest): LookupOutcome {
@@ -99,6 +121,8 @@ internal class Utf16Guard(private val tool: ToolHandler) : ToolHandler {
         } catch (e: Exception) {
             if (e.toString().isWellFormedUtf16()) throw e
             throw IllegalStateException("${e.javaClass.simpleName} thrown by the lookup (its text is not valid UTF-16)")
+        } catch (e: Error) {
+            throw IllegalStateException("${e.javaClass.simpleName} thrown by the lookup")
         }
         if (!isEncodable(found)) throw IllegalStateException("the lookup's result is not valid UTF-16")
         return found

@@ -120,4 +120,50 @@ val loneSurrogateTests = listOf(
         }
         assertTrue(problems.isEmpty(), problems.joinToString("; "))
     },
+    // Bad input through every other method of the layer: a lone surrogate in
+    // an id, a result or a reason, a negative attempt, huge strings. Each is
+    // a LedgerException (nothing recorded, no effect), never another
+    // exception type, a crash or a panic across the FFI.
+    test("lone surrogate: every other Executor method gives a typed error for bad input") {
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val sync = HalfEmojiSync()
+        val susp = HalfEmojiSuspend()
+        val executor = closeAfter(Executor(ledger, tools = listOf(sync, susp)))
+        val bad = "x$HALF_EMOJI"
+        val id = "op:round_0:c1:sprobe:v1"
+        val huge = "a".repeat(8 * 1024 * 1024)
+        val forms = linkedMapOf<String, suspend () -> Any?>(
+            "executeRound(op)" to { executor.executeRound(bad, 0, listOf(call(tool = "sprobe"))) },
+            "executeRound(args)" to { executor.executeRound("op", 0, listOf(call(tool = "sprobe", args = "{\"x\":\"$bad\"}"))) },
+            "executeRound(-1)" to { executor.executeRound("op", -1, listOf(call(tool = "sprobe"))) },
+            "approve(id)" to { executor.approve(bad, "0".repeat(64)) },
+            "approve(preview)" to { executor.approve(id, "0".repeat(64), "{\"p\":\"$bad\"}") },
+            "runExisting" to { executor.runExisting(bad) },
+            "resolveUnknown(id)" to { executor.resolveUnknown(bad, 1, dev.toolledger.Resolution.NotFoundRetry) },
+            "resolveUnknown(-1)" to { executor.resolveUnknown(id, -1, dev.toolledger.Resolution.NotFoundRetry) },
+            "resolveUnknown(Int.MAX)" to { executor.resolveUnknown(id, Int.MAX_VALUE, dev.toolledger.Resolution.NotFoundRetry) },
+            "resolveUnknown(result)" to { executor.resolveUnknown(id, 1, dev.toolledger.Resolution.Found("{\"r\":\"$bad\"}", null)) },
+            "resolveUnknown(reason)" to { executor.resolveUnknown(id, 1, dev.toolledger.Resolution.NotFoundAbandon(bad)) },
+            "compensate" to { executor.compensate(bad, "op", 0, call(tool = "sprobe")) },
+            "cancelOperation" to { executor.cancelOperation(bad) },
+            "ingestWebhook" to { executor.ingestWebhook("src", bad, id, dev.toolledger.JobUpdate.Progress("s")) },
+            "ingestWebhook(state)" to { executor.ingestWebhook("src", "e1", id, dev.toolledger.JobUpdate.Progress(bad)) },
+            "recordJobUpdate" to { executor.recordJobUpdate(id, dev.toolledger.JobUpdate.Succeeded("{\"r\":\"$bad\"}")) },
+            "executeBlocking(huge op)" to { executor.executeBlocking(huge, 0, call()) },
+            "executeBlocking(huge args)" to { executor.executeBlocking("op", 0, call(args = "{\"x\":\"$huge\"}")) },
+            "execute(huge call id)" to { executor.execute("op", 0, call(callId = huge, tool = "sprobe")) },
+            "ledger.get" to { ledger.get(bad) },
+            "ledger.list" to { ledger.list(bad) },
+            "ledger.markDelivered" to { ledger.markDelivered(listOf(bad)) },
+            "ledger.operations(-1)" to { ledger.operations(-1) },
+        )
+        val untyped = mutableListOf<String>()
+        for ((name, form) in forms) {
+            val e = runCatching { form() }.exceptionOrNull()
+            if (e !is LedgerException) untyped += "$name: $e"
+        }
+        assertEquals(0, sync.effects.get() + susp.effects.get())
+        assertTrue(ledger.list("op").isEmpty())
+        assertTrue(untyped.isEmpty(), "untyped errors: $untyped")
+    },
 )
