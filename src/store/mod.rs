@@ -626,8 +626,22 @@ impl Store {
         self.keys.read().map(|k| k.is_some()).unwrap_or(false)
     }
 
+    /// The ledger's keys. Refuses a forked child first ([`Error::Forked`]):
+    /// a thread of the parent re-keying at the fork held them, and the
+    /// child would wait for them forever.
     fn current_keys(&self) -> Result<Option<Arc<crypt::Keys>>> {
+        self.refuse_forked()?;
         Ok(self.keys.read().map_err(|_| Error::LockPoisoned)?.clone())
+    }
+
+    /// [`Error::Forked`] in a child made by `fork()` of the process that
+    /// opened this store (see `forks`): checked before any lock is taken.
+    fn refuse_forked(&self) -> Result<()> {
+        if self.opener.forked_since() {
+            Err(Error::Forked)
+        } else {
+            Ok(())
+        }
     }
 
     /// The digest stored for `plain` (a plain SHA-256 argument digest): the
@@ -666,6 +680,7 @@ impl Store {
     /// was); [`Error::Busy`] from the final checkpoint (the ledger is
     /// re-keyed, older bytes stay in the WAL until the next checkpoint).
     pub fn reseal(&self, key: &LedgerKey) -> Result<()> {
+        self.refuse_forked()?;
         let mut keys = self.keys.write().map_err(|_| Error::LockPoisoned)?;
         let mut guard = self.lock()?;
         let open = guard.as_mut().ok_or(Error::Suspended)?;
@@ -704,9 +719,7 @@ impl Store {
     fn lock(&self) -> Result<MutexGuard<'_, Option<Open>>> {
         // Before the mutex: a child forked while another thread held it
         // would wait for it forever.
-        if self.opener.forked_since() {
-            return Err(Error::Forked);
-        }
+        self.refuse_forked()?;
         self.conn.lock().map_err(|_| Error::LockPoisoned)
     }
 
@@ -905,9 +918,9 @@ impl Store {
     }
 
     /// True while a deferred write is not durable yet.
+    /// False in a forked child (nothing of the parent's is looked at).
     pub fn has_unsynced(&self) -> bool {
-        self.conn
-            .lock()
+        self.lock()
             .map(|g| {
                 g.as_ref()
                     .is_some_and(|o| o.unsynced_since.is_some() || o.sync_failed())

@@ -25,11 +25,14 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::Suspended`] (the connection is free and closed),
-    /// [`Error::LockPoisoned`], storage errors other than busy, and `f`'s.
+    /// [`Error::Forked`] in a child made by `fork()` (never read through
+    /// the parent's connection), [`Error::LockPoisoned`], storage errors
+    /// other than busy, and `f`'s.
     pub fn read_now<T, E: From<Error>>(
         &self,
         f: impl FnOnce(&Dao<'_>) -> Result<std::result::Result<T, E>>,
     ) -> std::result::Result<Option<T>, E> {
+        self.refuse_forked()?;
         let Some(keys) = self.keys_now()? else {
             return Ok(None);
         };

@@ -774,3 +774,73 @@ async fn approving_again_answers_where_the_call_stands_and_runs_nothing_twice() 
         ExecutionStatus::Rejected
     );
 }
+
+/// A second tap of approve on a call whose outcome became unknown (a tool
+/// with no key and no lookup: nothing can settle it but the app), on one
+/// that failed for good, and on one whose operation was cancelled after the
+/// approval: each answers where the call stands and sends nothing more.
+#[tokio::test]
+async fn approving_again_after_unknown_failed_or_cancelled_sends_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour {
+        close_after_commit: 1,
+        ..Behaviour::default()
+    });
+    let exec = executor_at(&path);
+    // No key, no lookup.
+    let desc = ToolDescriptor {
+        requires_approval: true,
+        ..ToolDescriptor::side_effect("pay", 1)
+    };
+    exec.register(Arc::new(HttpTool::new(desc, Kind::Effect, &service)))
+        .unwrap();
+    let waiting = |op_name: &'static str| {
+        let exec = exec.clone();
+        async move {
+            let call = ToolCall::custom("c1", "pay", r#"{"amount":"12.50"}"#);
+            match exec.execute(&op(op_name), 0, call).await.unwrap() {
+                CallOutcome::NeedsApproval {
+                    execution_id,
+                    args_digest,
+                    ..
+                } => (execution_id, args_digest),
+                other => panic!("approval expected: {other:?}"),
+            }
+        }
+    };
+    // Unknown: the request landed, its answer was lost.
+    let (id, digest) = waiting("o1").await;
+    let first = exec.approve(&id, &digest, None).await.unwrap();
+    assert!(matches!(first, CallOutcome::Unknown { .. }), "{first:?}");
+    assert_eq!(service.effects().len(), 1);
+    let again = exec.approve(&id, &digest, None).await.unwrap();
+    assert!(matches!(again, CallOutcome::Unknown { .. }), "{again:?}");
+    assert_eq!(
+        service.effects().len(),
+        1,
+        "a second tap resent an unknown call"
+    );
+    let rec = exec.ledger().get(&id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::OutcomeUnknown);
+    assert_eq!(rec.attempt_count, 1);
+
+    // Approved, then the operation cancelled before it ran: nothing runs.
+    let (id2, digest2) = waiting("o2").await;
+    exec.ledger().approve(&id2, &digest2, None).unwrap();
+    exec.ledger().cancel_operation(&op("o2")).unwrap();
+    let cancelled = exec.approve(&id2, &digest2, None).await;
+    println!("cancelled: {cancelled:?}");
+    assert!(
+        matches!(cancelled, Ok(CallOutcome::Cancelled { .. })),
+        "{cancelled:?}"
+    );
+    assert_eq!(service.effects().len(), 1);
+    let again = exec.approve(&id2, &digest2, None).await;
+    assert!(
+        matches!(again, Ok(CallOutcome::Cancelled { .. })),
+        "{again:?}"
+    );
+    assert_eq!(service.effects().len(), 1);
+    assert_eq!(exec.ledger().get(&id2).unwrap().unwrap().attempt_count, 0);
+}

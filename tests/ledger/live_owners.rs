@@ -1045,3 +1045,203 @@ fn a_resend_refused_inside_the_window_proves_nothing_however_late_it_is_reported
     );
     assert_eq!(effects.get(&key), Some(&1));
 }
+
+// ---------------------------------------------------------------------------
+// A forked child: the non-waiting read, and a ledger of its own
+// ---------------------------------------------------------------------------
+
+extern "C" {
+    fn alarm(seconds: u32) -> u32;
+}
+
+/// Waits (bounded) for child `pid` and returns its raw wait status.
+fn wait_child(pid: i32, within: Duration) -> i32 {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut status = 0;
+        let r = unsafe { waitpid(pid, &mut status, WNOHANG) };
+        if r == pid {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the forked child never exited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The process half of `a_forked_childs_begin_now_is_refused_too`.
+#[test]
+fn forked_child_begin_now_scenario() {
+    let Ok(db) = std::env::var("TOOLLEDGER_FORK_NOW_SCENARIO") else {
+        return;
+    };
+    let (app, _clock) = open_at(Path::new(&db));
+    let s = spec("c1", "pay", r#"{"amount":"12.50"}"#);
+    let Begin::Execute(t) = app.begin(&op("o"), 0, &s).unwrap() else {
+        panic!()
+    };
+    app.commit(&t.attempt_id(), r#"{"paid":1}"#, None).unwrap();
+    // The replay the parent's main thread may answer at once.
+    assert!(matches!(
+        app.begin_now(&op("o"), 0, &s).unwrap(),
+        Some(Begin::Replay(_))
+    ));
+    let pid = unsafe { fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        unsafe { alarm(10) };
+        let code = match app.begin_now(&op("o"), 0, &s) {
+            Err(Error::Store(toolledger::ledger::StorageError::Forked)) => 0,
+            // Read through the parent's connection.
+            Ok(Some(Begin::Replay(_))) => 20,
+            Ok(_) => 21,
+            Err(_) => 22,
+        };
+        unsafe { _exit(code) };
+    }
+    let status = wait_child(pid, Duration::from_secs(20));
+    println!("SCENARIO child status={status:#x}");
+    assert_eq!(status & 0x7f, 0, "the child was killed by a signal");
+    assert_eq!(
+        (status >> 8) & 0xff,
+        0,
+        "the child's begin_now was not refused (20: a replay read through the parent's connection)"
+    );
+}
+
+#[test]
+fn a_forked_childs_begin_now_is_refused_too() {
+    run_scenario(
+        "live_owners::forked_child_begin_now_scenario",
+        "TOOLLEDGER_FORK_NOW_SCENARIO",
+    );
+}
+
+/// The process half of `a_forked_child_opens_a_ledger_of_its_own_while_its_parent_writes`.
+#[test]
+fn forked_child_own_ledger_scenario() {
+    let Ok(db) = std::env::var("TOOLLEDGER_FORK_OWN_SCENARIO") else {
+        return;
+    };
+    let path = Path::new(&db).to_owned();
+    let (app, clock) = open_at(&path);
+    let app = std::sync::Arc::new(app);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pause = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A thread of the parent writes all the time (mid-transaction at most
+    // forks), as a chat app's tool calls do; it pauses while a child runs,
+    // so that the child never competes with it for the write lock.
+    let writer = {
+        let (app, stop, pause) = (app.clone(), stop.clone(), pause.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 100_000 {
+                if pause.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                let s = spec(&format!("p{n}"), "pay", r#"{"amount":"1.00"}"#);
+                if let Begin::Execute(t) = app.begin(&op("parent"), 0, &s).unwrap() {
+                    app.commit(&t.attempt_id(), r#"{"ok":1}"#, None).unwrap();
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    let mut failures = Vec::new();
+    for i in 0..12 {
+        std::thread::sleep(Duration::from_millis(20));
+        let pid = unsafe { fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            unsafe { alarm(15) };
+            // The child's own ledger on the same file: its own session.
+            let mark = |m: &str| {
+                if let Ok(f) = std::env::var("TOOLLEDGER_FORK_MARKS") {
+                    let _ =
+                        std::fs::write(format!("{f}.{i}"), format!("{m} {}", std::process::id()));
+                }
+            };
+            let code = (|| {
+                mark("open");
+                let Ok(own) = Ledger::open_with_clock(
+                    &path,
+                    toolledger::ledger::LedgerConfig::default(),
+                    clock.clone(),
+                ) else {
+                    return 30;
+                };
+                if own.session_id() == app.session_id() {
+                    return 31;
+                }
+                let s = spec(&format!("child{i}"), "pay", r#"{"amount":"2.00"}"#);
+                mark("begin");
+                let t = match own.begin(&op("child"), 0, &s) {
+                    Ok(Begin::Execute(t)) => t,
+                    Ok(other) => {
+                        mark(&format!("begin answered {other:?}"));
+                        return 32;
+                    }
+                    Err(e) => {
+                        mark(&format!("begin failed: {e}"));
+                        std::mem::forget(own);
+                        return 33;
+                    }
+                };
+                mark("commit");
+                if own.commit(&t.attempt_id(), r#"{"child":1}"#, None).is_err() {
+                    return 34;
+                }
+                mark("drop");
+                drop(own);
+                mark("dropped");
+                0
+            })();
+            unsafe { _exit(code) };
+        }
+        pause.store(true, std::sync::atomic::Ordering::SeqCst);
+        let status = wait_child(pid, Duration::from_secs(30));
+        pause.store(false, std::sync::atomic::Ordering::SeqCst);
+        if status != 0 {
+            failures.push((i, status));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    // The parent is undisturbed: its session is alive, its calls committed,
+    // the children's calls are there, the file is whole.
+    let other = open_with(&path, &clock);
+    let mut child_calls = 0;
+    for i in 0..12 {
+        let s = spec(&format!("child{i}"), "pay", r#"{"amount":"2.00"}"#);
+        if let Ok(Begin::Replay(_)) = other.begin(&op("child"), 0, &s) {
+            child_calls += 1;
+        }
+    }
+    let parent_ok = other.stats().is_ok();
+    println!(
+        "SCENARIO parent_wrote={written} failures={failures:?} child_calls={child_calls} stats_ok={parent_ok}"
+    );
+    assert!(failures.is_empty(), "children failed: {failures:?}");
+    assert_eq!(child_calls, 12);
+}
+
+/// Design question (observed, not fixed): `StorageError::Forked` tells the
+/// child to open the ledger again in its own process, but a child forked
+/// while a thread of the parent was inside a write transaction inherits
+/// SQLite's in-process lock state for the file (the unix VFS shares it
+/// between every connection of a process): its own connection is refused
+/// the WAL write lock held by the parent's copy, which never releases it.
+/// Seen with the parent's writer paused while each child ran: 2 to 5 of 12
+/// children got "the database is locked by another connection (busy
+/// timeout elapsed)" from their own ledger's first `begin`. (An inherited
+/// read lock would be worse: the child believes it holds a lock it does
+/// not.) A child must `exec` (a spawn start method), not open again.
+#[test]
+#[ignore = "design question: a forked child's own ledger inherits SQLite's lock state (see doc)"]
+fn a_forked_child_opens_a_ledger_of_its_own_while_its_parent_writes() {
+    run_scenario(
+        "live_owners::forked_child_own_ledger_scenario",
+        "TOOLLEDGER_FORK_OWN_SCENARIO",
+    );
+}
