@@ -179,6 +179,9 @@ struct Begun {
     attempt: AttemptId,
     /// This process's monotonic time at the `begin`.
     at: Instant,
+    /// The ledger's boot clock at the `begin` (it counts the time the
+    /// device slept, which `at` does not on Linux, Android and Apple).
+    at_boot: Monotonic,
     /// The first attempt of its execution: the first request under the key
     /// goes out after this `begin`.
     first: bool,
@@ -653,6 +656,7 @@ impl Ledger {
         d.push_back(Begun {
             attempt,
             at: Instant::now(),
+            at_boot: self.clock.monotonic(),
             first,
             downstream,
         });
@@ -702,8 +706,16 @@ impl Ledger {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let i = d.iter().rposition(|b| &b.attempt == attempt)?;
         let b = d.remove(i)?;
+        drop(d);
+        // The longer of the two clocks: the boot clock counts a sleep of
+        // the device (a request that went out before it and was answered
+        // after it), and the process's clock stands in for a boot clock
+        // that cannot be read.
+        let slept = u64::try_from(self.clock.monotonic().since(&b.at_boot)).unwrap_or(0);
         Some(BegunAttempt {
-            key_age: b.first.then(|| b.at.elapsed()),
+            key_age: b
+                .first
+                .then(|| b.at.elapsed().max(Duration::from_millis(slept))),
             downstream: b.downstream,
         })
     }

@@ -151,3 +151,79 @@ fn a_deferred_commit_of_a_key_near_its_expiry_is_resent_after_the_key_expired() 
          under the key after it expired ({third:?})"
     );
 }
+
+/// The same 25-hour key, and this time the commit is of the first attempt
+/// itself: its request went out, the device slept for 24.5 hours with the
+/// app frozen inside the tool (the boot clock counts the sleep; a process's
+/// `Instant` on Linux, Android and Apple does not), and the answer came on
+/// waking. The key then has 30 minutes left, less than deadline +
+/// reconcile_within, so the commit must be durable: a power cut before the
+/// deadline must not lead to a resend under the expired key.
+#[test]
+fn a_first_attempts_key_age_counts_the_time_the_device_slept() {
+    /// Sends the request, then the device sleeps before the answer.
+    struct SleepyPay(Arc<Service>);
+    #[async_trait::async_trait]
+    impl ToolHandler for SleepyPay {
+        fn descriptor(&self) -> ToolDescriptor {
+            Pay(self.0.clone()).descriptor()
+        }
+        async fn perform(&self, req: ToolRequest) -> Result<PerformOutcome, ToolError> {
+            let result_json = self.0.request(req.downstream_key.as_str());
+            self.0.clock.advance(24 * HOUR_MS + HOUR_MS / 2);
+            Ok(PerformOutcome::Committed {
+                result_json,
+                external_id: None,
+            })
+        }
+    }
+
+    let machine = Machine::new();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let service = Arc::new(Service {
+        clock: clock.clone(),
+        first_seen: Mutex::new(HashMap::new()),
+        effects: AtomicU32::new(0),
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let op = OperationId::new("op").unwrap();
+    let call = ToolCall::custom("c1", "pay", r#"{"cents":700}"#);
+
+    let ledger = Arc::new(Ledger::open_with_clock(&path, cfg(&machine), clock.clone()).unwrap());
+    let executor = Executor::new(ledger.clone(), ExecutorConfig::default());
+    executor
+        .register(Arc::new(SleepyPay(service.clone())))
+        .unwrap();
+    let first = rt.block_on(executor.execute(&op, 0, call.clone())).unwrap();
+    assert!(
+        matches!(first, CallOutcome::Completed { .. }),
+        "first: {first:?}"
+    );
+    assert_eq!(service.effects.load(Ordering::SeqCst), 1);
+    let deferred = ledger.has_unsynced_commits();
+
+    // The power goes before the deadline; the app reconciles 40 minutes
+    // later, within its promised hour, after the key expired.
+    machine.cut_now();
+    ledger.abandon();
+    drop((ledger, executor));
+    machine.restart(Loss::All, &mut |_| 0);
+    clock.advance(40 * 60_000);
+    let ledger = Arc::new(Ledger::open_with_clock(&path, cfg(&machine), clock.clone()).unwrap());
+    let executor = Executor::new(ledger.clone(), ExecutorConfig::default());
+    executor.register(Arc::new(Pay(service.clone()))).unwrap();
+    ledger.recover().unwrap();
+    let again = rt.block_on(executor.execute(&op, 0, call)).unwrap();
+    assert_eq!(
+        service.effects.load(Ordering::SeqCst),
+        1,
+        "two payments: the first attempt's commit, 30 minutes before its key expired, was \
+         deferred (has_unsynced_commits() = {deferred}), lost to the cut, and reconciled by a \
+         resend under the expired key ({again:?})"
+    );
+}

@@ -31,6 +31,7 @@
 //! several cuts); `TOOLLEDGER_POWER_SEED=<seed>` replays one, printing what
 //! it did. A failing seed prints itself, its cut and the replay command.
 
+mod durable_edges;
 mod failed_sync;
 mod failed_sync_autocheckpoint;
 mod failed_sync_suspend;
