@@ -70,10 +70,11 @@ pub enum StorageKind {
     /// held a snapshot, for example): re-key again later with the new key
     /// as both old and new to scrub.
     NotScrubbed,
-    /// The ledger was opened by this process's parent, before `fork()`:
-    /// nothing was read or written (a SQLite connection cannot be used
-    /// across a fork, and the session is the parent's). Open the ledger
-    /// again in this process.
+    /// The ledger is open in this process's parent, before `fork()`: its
+    /// copy cannot be used here (a SQLite connection cannot cross a fork,
+    /// and the session is the parent's), nor can the file be opened again
+    /// here. Nothing was read or written. Start the worker with `exec` (a
+    /// `spawn` start method) and open the ledger there.
     Forked,
     /// Any other storage failure (invalid stored data, a schema guard, SQLite).
     Other,

@@ -64,12 +64,15 @@ pub enum Error {
     /// The store was closed by `suspend()` and not reopened.
     #[error("the store is suspended; call resume() first")]
     Suspended,
-    /// The store was opened by the parent of this process, which `fork()`
-    /// made: a SQLite connection cannot be used across a fork, and the
-    /// ledger's session (its lock, the attempts it handed out) is the
-    /// parent's. Nothing was read or written; open the ledger again in this
-    /// process.
-    #[error("the ledger was opened by this process's parent (before fork()); open it again in this process")]
+    /// A store of this process's parent (which `fork()` made this one) had
+    /// the ledger open: its copy here cannot be used (a SQLite connection
+    /// cannot cross a fork, and the session — its lock, the attempts it
+    /// handed out — is the parent's), and the file cannot be opened again
+    /// here either (SQLite's lock state for it is the parent's copy).
+    /// Nothing was read or written. Use the ledger from the parent, or
+    /// start the worker with `exec` (a `spawn` start method) and open it
+    /// there.
+    #[error("the ledger is open in this process's parent (before fork()): use it there, or start this process with exec (spawn) and open it here")]
     Forked,
     /// The database file has more than one hard link. SQLite names the WAL
     /// after the path, so two names of one file would each get a WAL of

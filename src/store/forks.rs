@@ -3,8 +3,18 @@
 //! descriptors and in-memory lock state, but not its POSIX locks), and the
 //! ledger's session — its id, its lock, the attempts it handed out — is the
 //! parent's. So a store refuses every use in a child made by `fork()` of
-//! the process that opened it ([`Error::Forked`](super::Error::Forked)):
-//! the child opens the ledger again, as a session of its own.
+//! the process that opened it ([`Error::Forked`](super::Error::Forked)).
+//!
+//! Nor may the child open the same file again: SQLite's unix VFS keeps one
+//! lock state per file and process, shared by every connection of the
+//! process, and the child inherits the parent's (a write lock the parent's
+//! thread held at the fork, which nothing in the child will release; read
+//! locks the child believes it holds and does not). A child's own
+//! connection to the file was refused the write lock forever, or worse. So
+//! opening a file that a store of an ancestor process had open at the fork
+//! is refused too (the registry of open files below); a worker that needs
+//! the ledger is started with `exec` (a `spawn` start method), or forked
+//! before the ledger is opened.
 //!
 //! The check is on every access to the connection, so it must cost nothing
 //! measurable: a fork handler (`pthread_atfork`, registered at the first
@@ -18,8 +28,9 @@
 //! that object is unloaded (`dlclose`); on Apple platforms the library is
 //! linked statically into the app (the XCFramework), never unloaded.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Once;
+use std::sync::{Mutex, Once, TryLockError};
 
 /// Forks since the handler was registered, counted in each child.
 static FORKS: AtomicU64 = AtomicU64::new(0);
@@ -70,6 +81,97 @@ impl Opener {
             FORKS.load(Ordering::Relaxed) != self.forks
         } else {
             std::process::id() != self.pid
+        }
+    }
+}
+
+/// A database file (device, inode) a store of this process opened, with
+/// the fork count it was opened under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    forks: u64,
+}
+
+/// The database files this process's stores have open (several stores may
+/// have one file open). A child made by `fork()` inherits the list.
+static OPEN_FILES: Mutex<Vec<FileKey>> = Mutex::new(Vec::new());
+
+#[cfg(unix)]
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+fn identity(_path: &Path) -> Option<(u64, u64)> {
+    None
+}
+
+/// True when the database file at `path` was open in a store of an
+/// ancestor process when this one was forked from it (so SQLite's lock
+/// state for it here is inherited), or when that cannot be told (a thread
+/// of the parent was changing the list at the fork). Never true in a
+/// process that was not forked since the library was first used.
+pub(super) fn inherited(path: &Path) -> bool {
+    watch();
+    let now = FORKS.load(Ordering::Relaxed);
+    if now == 0 {
+        return false;
+    }
+    let Some((dev, ino)) = identity(path) else {
+        return false;
+    };
+    // In a child, the list's lock may have been held by a parent thread
+    // at the fork: it is never waited for there.
+    let files = match OPEN_FILES.try_lock() {
+        Ok(files) => files,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) => return true,
+    };
+    files
+        .iter()
+        .any(|f| f.dev == dev && f.ino == ino && f.forks < now)
+}
+
+/// A store's entry in the list of open files, removed when it is dropped
+/// in the process that opened it (a forked child's copy leaves it: the
+/// SQLite state it stands for is still there).
+#[derive(Debug)]
+pub(super) struct OpenFile {
+    key: FileKey,
+    opener: Opener,
+}
+
+impl OpenFile {
+    /// Notes that a store of this process opened the database at `path`
+    /// (`None` when the file cannot be identified: nothing to note).
+    pub(super) fn note(path: &Path, opener: Opener) -> Option<OpenFile> {
+        let (dev, ino) = identity(path)?;
+        let key = FileKey {
+            dev,
+            ino,
+            forks: opener.forks,
+        };
+        OPEN_FILES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(key);
+        Some(OpenFile { key, opener })
+    }
+}
+
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        if self.opener.forked_since() {
+            return;
+        }
+        let mut files = OPEN_FILES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = files.iter().position(|f| *f == self.key) {
+            files.swap_remove(i);
         }
     }
 }

@@ -169,6 +169,9 @@ pub struct Store {
     /// The process that opened the store: a child made by `fork()` is
     /// refused every use (see `forks`).
     opener: forks::Opener,
+    /// The database file in this process's list of open files (a forked
+    /// child may not open it again: see `forks`).
+    _file: Option<forks::OpenFile>,
 }
 
 impl std::fmt::Debug for Store {
@@ -532,6 +535,11 @@ impl Store {
     pub fn open(path: &Path, options: StoreOptions, key: Option<&LedgerKey>) -> Result<Store> {
         let resolved = resolve_path(path)?;
         refuse_hard_links(&resolved)?;
+        if forks::inherited(&resolved) {
+            // Open in the parent at the fork: SQLite's lock state for the
+            // file is the parent's copy here (see `forks`).
+            return Err(Error::Forked);
+        }
         modes::prepare_private_db(&resolved);
         let location = Location::File(resolved.clone());
         let conn = connect_retrying_busy(&location, &options)
@@ -542,6 +550,7 @@ impl Store {
         let wal_file = wal_path(&resolved);
         let wal = file_id(&wal_file);
         let sync_failed = Arc::new(AtomicBool::new(false));
+        let opener = forks::Opener::here();
         Ok(Store {
             conn: Mutex::new(Some(Open::new(conn, wal, sync_failed.clone()))),
             location,
@@ -551,7 +560,8 @@ impl Store {
             sink: RwLock::new(None),
             wal_file: Some(wal_file),
             sync_failed,
-            opener: forks::Opener::here(),
+            opener,
+            _file: forks::OpenFile::note(&resolved, opener),
         })
     }
 
@@ -581,7 +591,12 @@ impl Store {
         key: Option<&LedgerKey>,
     ) -> Result<Store> {
         let path = resolve_path(path)?;
+        if forks::inherited(&path) {
+            return Err(Error::Forked);
+        }
         let immutable = !wal_path(&path).exists();
+        let opener = forks::Opener::here();
+        let file = forks::OpenFile::note(&path, opener);
         let location = Location::ReadOnlyFile { path, immutable };
         let conn = connect(&location, &options, false)?;
         let ledger_id = dao::Dao::new(&conn).ledger_id()?;
@@ -596,7 +611,8 @@ impl Store {
             sink: RwLock::new(None),
             wal_file: None,
             sync_failed,
-            opener: forks::Opener::here(),
+            opener,
+            _file: file,
         })
     }
 
@@ -618,6 +634,7 @@ impl Store {
             wal_file: None,
             sync_failed,
             opener: forks::Opener::here(),
+            _file: None,
         })
     }
 
@@ -1151,6 +1168,9 @@ impl Store {
     /// # Errors
     /// As [`Store::open_read_only`].
     pub fn reopen_shared(self) -> Result<Store> {
+        if self.opener.forked_since() {
+            return Err(Error::Forked);
+        }
         match self.location {
             Location::ReadOnlyFile { path, .. } => {
                 let location = Location::ReadOnlyFile {
@@ -1168,7 +1188,8 @@ impl Store {
                     sink: self.sink,
                     wal_file: None,
                     sync_failed,
-                    opener: forks::Opener::here(),
+                    opener: self.opener,
+                    _file: self._file,
                 })
             }
             _ => Ok(self),

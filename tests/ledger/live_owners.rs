@@ -1148,6 +1148,9 @@ fn forked_child_own_ledger_scenario() {
             n
         })
     };
+    // The child's own ledger of another file is its own business; of this
+    // file it is refused (see the test's doc).
+    let own_file_allowed = false;
     let mut failures = Vec::new();
     for i in 0..12 {
         std::thread::sleep(Duration::from_millis(20));
@@ -1164,13 +1167,21 @@ fn forked_child_own_ledger_scenario() {
             };
             let code = (|| {
                 mark("open");
-                let Ok(own) = Ledger::open_with_clock(
+                let own = match Ledger::open_with_clock(
                     &path,
                     toolledger::ledger::LedgerConfig::default(),
                     clock.clone(),
-                ) else {
-                    return 30;
+                ) {
+                    // Refused, nothing touched: the file is open in the
+                    // parent, whose SQLite lock state this process has.
+                    Err(Error::Store(toolledger::ledger::StorageError::Forked)) => return 0,
+                    Err(_) => return 30,
+                    Ok(own) => own,
                 };
+                if !own_file_allowed {
+                    std::mem::forget(own);
+                    return 35;
+                }
                 if own.session_id() == app.session_id() {
                     return 31;
                 }
@@ -1211,34 +1222,130 @@ fn forked_child_own_ledger_scenario() {
     // The parent is undisturbed: its session is alive, its calls committed,
     // the children's calls are there, the file is whole.
     let other = open_with(&path, &clock);
-    let mut child_calls = 0;
-    for i in 0..12 {
-        let s = spec(&format!("child{i}"), "pay", r#"{"amount":"2.00"}"#);
-        if let Ok(Begin::Replay(_)) = other.begin(&op("child"), 0, &s) {
-            child_calls += 1;
-        }
-    }
-    let parent_ok = other.stats().is_ok();
+    let executions: u64 = other
+        .stats()
+        .unwrap()
+        .executions_by_status
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    let committed = other
+        .stats()
+        .unwrap()
+        .executions_by_status
+        .iter()
+        .filter(|(status, _)| status == "committed" || status == "result_delivered")
+        .map(|(_, n)| n)
+        .sum::<u64>();
     println!(
-        "SCENARIO parent_wrote={written} failures={failures:?} child_calls={child_calls} stats_ok={parent_ok}"
+        "SCENARIO parent_wrote={written} failures={failures:?} executions={executions} committed={committed}"
     );
-    assert!(failures.is_empty(), "children failed: {failures:?}");
-    assert_eq!(child_calls, 12);
+    assert!(
+        failures.is_empty(),
+        "children not refused at open: {failures:?}"
+    );
+    // Every call is the parent's, every one committed: nothing of the
+    // children's reached the file.
+    assert_eq!(executions, u64::from(written));
+    assert_eq!(committed, u64::from(written));
 }
 
-/// Design question (observed, not fixed): `StorageError::Forked` tells the
-/// child to open the ledger again in its own process, but a child forked
-/// while a thread of the parent was inside a write transaction inherits
-/// SQLite's in-process lock state for the file (the unix VFS shares it
-/// between every connection of a process): its own connection is refused
-/// the WAL write lock held by the parent's copy, which never releases it.
-/// Seen with the parent's writer paused while each child ran: 2 to 5 of 12
-/// children got "the database is locked by another connection (busy
-/// timeout elapsed)" from their own ledger's first `begin`. (An inherited
-/// read lock would be worse: the child believes it holds a lock it does
-/// not.) A child must `exec` (a spawn start method), not open again.
+/// The process half of `a_forked_child_may_open_a_file_its_parent_does_not_have_open`.
 #[test]
-#[ignore = "design question: a forked child's own ledger inherits SQLite's lock state (see doc)"]
+fn forked_child_other_file_scenario() {
+    let Ok(db) = std::env::var("TOOLLEDGER_FORK_OTHER_SCENARIO") else {
+        return;
+    };
+    let dir = Path::new(&db).parent().unwrap().to_owned();
+    let a = dir.join("a.db");
+    let b = dir.join("b.db");
+    let closed = dir.join("closed.db");
+    let (app, clock) = open_at(&a);
+    // A file the parent opened and closed before the fork: SQLite keeps
+    // nothing of it in the process.
+    drop(open_with(&closed, &clock));
+    let pid = unsafe { fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        unsafe { alarm(15) };
+        let run = |path: &Path, call: &str| -> i32 {
+            let Ok(own) = Ledger::open_with_clock(
+                path,
+                toolledger::ledger::LedgerConfig::default(),
+                clock.clone(),
+            ) else {
+                return 1;
+            };
+            let s = spec(call, "pay", r#"{"amount":"3.00"}"#);
+            let Ok(Begin::Execute(t)) = own.begin(&op("child"), 0, &s) else {
+                return 2;
+            };
+            if own.commit(&t.attempt_id(), r#"{"child":1}"#, None).is_err() {
+                return 3;
+            }
+            0
+        };
+        let code = match (run(&b, "cb"), run(&closed, "cc")) {
+            (0, 0) => match Ledger::open_with_clock(
+                &a,
+                toolledger::ledger::LedgerConfig::default(),
+                clock.clone(),
+            ) {
+                Err(Error::Store(toolledger::ledger::StorageError::Forked)) => 0,
+                Ok(own) => {
+                    std::mem::forget(own);
+                    40
+                }
+                Err(_) => 41,
+            },
+            (x, 0) => 10 + x,
+            (_, y) => 20 + y,
+        };
+        std::mem::forget(app);
+        unsafe { _exit(code) };
+    }
+    let status = wait_child(pid, Duration::from_secs(30));
+    assert_eq!(status & 0x7f, 0, "the child was killed by a signal");
+    assert_eq!(
+        (status >> 8) & 0xff,
+        0,
+        "1x: the other file failed, 2x: the closed file failed, 40/41: the parent's open file was not refused"
+    );
+    // The child's calls are in its files; the parent's file goes on.
+    for (path, call) in [(&b, "cb"), (&closed, "cc")] {
+        let l = open_with(path, &clock);
+        let s = spec(call, "pay", r#"{"amount":"3.00"}"#);
+        assert!(matches!(
+            l.begin(&op("child"), 0, &s).unwrap(),
+            Begin::Replay(_)
+        ));
+    }
+    let s = spec("p", "pay", r#"{"amount":"1.00"}"#);
+    let Begin::Execute(t) = app.begin(&op("parent"), 0, &s).unwrap() else {
+        panic!()
+    };
+    app.commit(&t.attempt_id(), r#"{"ok":1}"#, None).unwrap();
+    println!("SCENARIO ok");
+}
+
+#[test]
+fn a_forked_child_may_open_a_file_its_parent_does_not_have_open() {
+    run_scenario(
+        "live_owners::forked_child_other_file_scenario",
+        "TOOLLEDGER_FORK_OTHER_SCENARIO",
+    );
+}
+
+/// A child forked while a thread of the parent writes (mid-transaction at
+/// most forks) opens a ledger of its own on the same file. SQLite's unix
+/// VFS keeps one lock state per file and process, and the child has the
+/// parent's copy: before, 2 to 5 of 12 such children got "the database is
+/// locked by another connection (busy timeout elapsed)" from their own
+/// ledger's first `begin` (a write lock the parent's copy holds and nothing
+/// in the child releases), and then hung in `Ledger::drop` (seen by the
+/// review that found it). Now the open itself is refused (`Forked`), with
+/// nothing touched, and the parent's calls all commit.
+#[test]
 fn a_forked_child_opens_a_ledger_of_its_own_while_its_parent_writes() {
     run_scenario(
         "live_owners::forked_child_own_ledger_scenario",

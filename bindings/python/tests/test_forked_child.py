@@ -4,9 +4,10 @@ Linux before Python 3.14) has a copy of the open ledger: the parent's SQLite
 connection (which SQLite forbids using across a fork) and the parent's
 session, whose lock and handed-out attempts are the parent's. Every use of
 that copy is refused with ``StorageError`` of kind ``FORKED`` and nothing
-is written or run; the child opens the ledger again to use it. The parent
-is not disturbed: its call runs once and commits, its session is still its
-own (suspend and resume work)."""
+is written or run; so is opening the same file again in the child (SQLite's
+lock state for it is the parent's copy there), while a file of its own
+opens. The parent is not disturbed: its call runs once and commits, its
+session is still its own (suspend and resume work)."""
 
 import asyncio
 import json
@@ -71,6 +72,7 @@ def test_a_forked_child_is_refused_its_parents_ledger_and_the_parent_runs_once(l
                 "get": lambda: ledger.get(first.execution_id),
                 "suspend": lambda: ledger.suspend(),
                 "resume": lambda: ledger.resume(),
+                "open_again": lambda: tl.Ledger.open(ledger_path),
             }
             for name, step in steps.items():
                 try:
@@ -80,6 +82,13 @@ def test_a_forked_child_is_refused_its_parents_ledger_and_the_parent_runs_once(l
                     seen[name] = e.kind.name
                 except Exception as e:  # noqa: BLE001 - reported to the parent
                     seen[name] = f"{type(e).__name__}: {e}"
+            try:  # a ledger of the child's own, in another file
+                with tl.Ledger.open(str(tmp_path / "child.db")) as own:
+                    own_executor = tl.Executor(own, tools=[Pay(effects + ".child")])
+                    done = own_executor.execute_sync("child", 0, tl.ToolCall("k1", "pay", {"amount": 4}))
+                    seen["own_file"] = "ran" if isinstance(done, tl.Completed) else repr(done)
+            except Exception as e:  # noqa: BLE001 - reported to the parent
+                seen["own_file"] = f"{type(e).__name__}: {e}"
             with open(report, "w") as f:
                 json.dump(seen, f)
         finally:
@@ -88,7 +97,9 @@ def test_a_forked_child_is_refused_its_parents_ledger_and_the_parent_runs_once(l
     assert _wait(pid) == 0
     with open(report) as f:
         seen = json.load(f)
-    assert seen == {name: "FORKED" for name in ("new_call", "replay", "async_call", "get", "suspend", "resume")}, seen
+    refused = ("new_call", "replay", "async_call", "get", "suspend", "resume", "open_again")
+    assert seen == {**{name: "FORKED" for name in refused}, "own_file": "ran"}, seen
+    assert len(_effects(effects + ".child")) == 1
     # Nothing of the child's reached the tool or the ledger.
     assert [pid_ for pid_, _ in _effects(effects)] == [str(os.getpid())]
     assert ledger.get(first.execution_id).status is tl.ExecutionStatus.COMMITTED

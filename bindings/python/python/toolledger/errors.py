@@ -60,9 +60,11 @@ class StorageError(Error):
     and the ledger writes its log again before its next write) and
     `StorageKind.NOT_SCRUBBED` (encrypting or re-keying committed: the
     ledger is under the new key; only the scrub of earlier bytes is left).
-    `StorageKind.FORKED`: the ledger was opened before this process was
-    forked from its parent (`os.fork()`, a `multiprocessing` pool with the
-    `fork` start method); open it again in this process."""
+    `StorageKind.FORKED`: the ledger is open in the parent this process
+    was forked from (`os.fork()`, a `multiprocessing` pool with the `fork`
+    start method): neither its copy nor the file can be used here; start
+    workers with the `spawn` (or `forkserver`) start method and open the
+    ledger in them."""
 
 
 class UnknownTool(Error):
