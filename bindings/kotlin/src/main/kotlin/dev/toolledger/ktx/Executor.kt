@@ -164,8 +164,9 @@ class Executor @JvmOverloads constructor(
      * `Unknown`) and the throwable is rethrown; a thread interrupted before
      * the tool starts runs no tool (the attempt is recorded as never sent)
      * and gets an `InterruptedException`, as does one interrupted in a
-     * retry's backoff.
+     * retry's backoff. (Declared, so that Java callers can catch it.)
      */
+    @Throws(InterruptedException::class)
     fun executeBlocking(operationId: String, round: Int, call: ToolCall): CallOutcome {
         checkUtf16(operationId, call)
         val tool = syncTools[call.toolName]
