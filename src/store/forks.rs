@@ -28,9 +28,10 @@
 //! that object is unloaded (`dlclose`); on Apple platforms the library is
 //! linked statically into the app (the XCFramework), never unloaded.
 
+use std::cell::UnsafeCell;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, Once, TryLockError};
+use std::sync::Once;
 
 /// Forks since the handler was registered, counted in each child.
 static FORKS: AtomicU64 = AtomicU64::new(0);
@@ -39,19 +40,38 @@ static WATCHED: AtomicBool = AtomicBool::new(false);
 static WATCH: Once = Once::new();
 
 #[cfg(unix)]
+extern "C" fn before_fork() {
+    // Runs in the forking thread of the parent just before `fork()`: takes
+    // the list of open files, so that no other thread is changing it when
+    // the child's copy is made (the child would inherit a lock nobody will
+    // release, and a list torn mid-change).
+    OPEN_FILES.acquire();
+}
+
+#[cfg(unix)]
+extern "C" fn in_parent() {
+    // Runs in the parent right after `fork()`.
+    OPEN_FILES.release();
+}
+
+#[cfg(unix)]
 extern "C" fn in_child() {
     // Runs in the child right after `fork()`: only async-signal-safe work
-    // (a lock-free atomic).
+    // (lock-free atomics).
     FORKS.fetch_add(1, Ordering::Relaxed);
+    OPEN_FILES.release();
 }
 
 fn watch() {
     WATCH.call_once(|| {
         #[cfg(unix)]
         {
-            // SAFETY: `in_child` is a plain function that only touches an
-            // atomic; no prepare or parent handler is installed.
-            let registered = unsafe { libc::pthread_atfork(None, None, Some(in_child)) } == 0;
+            // SAFETY: the handlers are plain functions that only touch
+            // atomics (and, before the fork, wait for another thread's
+            // short change of the list, which never forks).
+            let registered =
+                unsafe { libc::pthread_atfork(Some(before_fork), Some(in_parent), Some(in_child)) }
+                    == 0;
             WATCHED.store(registered, Ordering::Relaxed);
         }
     });
@@ -96,7 +116,84 @@ struct FileKey {
 
 /// The database files this process's stores have open (several stores may
 /// have one file open). A child made by `fork()` inherits the list.
-static OPEN_FILES: Mutex<Vec<FileKey>> = Mutex::new(Vec::new());
+///
+/// Not a `std::sync::Mutex`: a child forked while another thread of the
+/// parent held one would wait for it forever (the thread is not in the
+/// child). This lock is taken by the fork handler before the fork and
+/// released on both sides after it, so the child always finds it free and
+/// the list whole. Its holders only push or remove an entry.
+struct OpenFiles {
+    busy: AtomicBool,
+    files: UnsafeCell<Vec<FileKey>>,
+}
+
+// SAFETY: `files` is only reached through `OpenFiles::lock`, which holds
+// `busy` (acquire/release) for as long as the guard lives.
+unsafe impl Sync for OpenFiles {}
+
+static OPEN_FILES: OpenFiles = OpenFiles {
+    busy: AtomicBool::new(false),
+    files: UnsafeCell::new(Vec::new()),
+};
+
+impl OpenFiles {
+    fn acquire(&self) {
+        while self
+            .busy
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+    }
+
+    fn release(&self) {
+        self.busy.store(false, Ordering::Release);
+    }
+
+    /// The list, held until the guard is dropped. Waits only for another
+    /// thread's push or removal (or a fork in progress): never for a
+    /// thread of a parent, since the fork handler hands the child the lock
+    /// free. (Where the handler could not be registered, a child forked in
+    /// the middle of a change would wait forever; `pthread_atfork` fails
+    /// only when out of memory.)
+    fn lock(&'static self) -> FilesGuard {
+        watch();
+        self.acquire();
+        FilesGuard(self)
+    }
+}
+
+/// The held list of open files.
+struct FilesGuard(&'static OpenFiles);
+
+impl std::ops::Deref for FilesGuard {
+    type Target = Vec<FileKey>;
+    fn deref(&self) -> &Vec<FileKey> {
+        // SAFETY: the guard holds the lock.
+        unsafe { &*self.0.files.get() }
+    }
+}
+
+impl std::ops::DerefMut for FilesGuard {
+    fn deref_mut(&mut self) -> &mut Vec<FileKey> {
+        // SAFETY: the guard holds the lock (exclusively).
+        unsafe { &mut *self.0.files.get() }
+    }
+}
+
+impl Drop for FilesGuard {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+/// Holds the list's lock (tests: a thread of the parent noting or
+/// dropping a store at the fork).
+#[cfg(test)]
+fn lock_open_files() -> impl Drop {
+    OPEN_FILES.lock()
+}
 
 #[cfg(unix)]
 fn identity(path: &Path) -> Option<(u64, u64)> {
@@ -111,9 +208,8 @@ fn identity(_path: &Path) -> Option<(u64, u64)> {
 
 /// True when the database file at `path` was open in a store of an
 /// ancestor process when this one was forked from it (so SQLite's lock
-/// state for it here is inherited), or when that cannot be told (a thread
-/// of the parent was changing the list at the fork). Never true in a
-/// process that was not forked since the library was first used.
+/// state for it here is inherited). Never true in a process that was not
+/// forked since the library was first used.
 pub(super) fn inherited(path: &Path) -> bool {
     watch();
     let now = FORKS.load(Ordering::Relaxed);
@@ -123,14 +219,9 @@ pub(super) fn inherited(path: &Path) -> bool {
     let Some((dev, ino)) = identity(path) else {
         return false;
     };
-    // In a child, the list's lock may have been held by a parent thread
-    // at the fork: it is never waited for there.
-    let files = match OPEN_FILES.try_lock() {
-        Ok(files) => files,
-        Err(TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(TryLockError::WouldBlock) => return true,
-    };
-    files
+    // The fork handler handed this process the list free and whole.
+    OPEN_FILES
+        .lock()
         .iter()
         .any(|f| f.dev == dev && f.ino == ino && f.forks < now)
 }
@@ -154,10 +245,7 @@ impl OpenFile {
             ino,
             forks: opener.forks,
         };
-        OPEN_FILES
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(key);
+        OPEN_FILES.lock().push(key);
         Some(OpenFile { key, opener })
     }
 }
@@ -167,9 +255,7 @@ impl Drop for OpenFile {
         if self.opener.forked_since() {
             return;
         }
-        let mut files = OPEN_FILES
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut files = OPEN_FILES.lock();
         if let Some(i) = files.iter().position(|f| *f == self.key) {
             files.swap_remove(i);
         }
@@ -271,6 +357,113 @@ mod tests {
             (read_now, unsynced, read, keyed),
             (0, 0, 0, 0),
             "20: read_now read through the parent's connection; 142: killed by the alarm (waited forever)"
+        );
+    }
+
+    /// The process half of `a_child_forked_while_the_list_of_open_files_was_locked_opens_its_own_files`.
+    #[test]
+    fn list_locked_at_fork_scenario() {
+        let Ok(db) = std::env::var("TOOLLEDGER_LIST_LOCKED") else {
+            return;
+        };
+        let dir = std::path::Path::new(&db).parent().unwrap().to_path_buf();
+        // The parent has a ledger of its own open (the handler is in place).
+        let _parent =
+            Store::open(std::path::Path::new(&db), StoreOptions::default(), None).unwrap();
+        // A file no store of the parent ever opened.
+        let other = dir.join("other.db");
+        drop(Store::open(&other, StoreOptions::default(), None).unwrap());
+        // Another thread of the parent is noting or dropping a store at
+        // each fork: it holds the list's lock for a moment (300 ms here).
+        let held_at_fork = |f: &dyn Fn() -> i32| {
+            let (held_tx, held_rx) = std::sync::mpsc::channel();
+            let holder = std::thread::spawn(move || {
+                let guard = super::lock_open_files();
+                held_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(300));
+                drop(guard);
+            });
+            held_rx.recv().unwrap();
+            let code = in_child(f);
+            holder.join().unwrap();
+            code
+        };
+        // The child opens a new file of its own, then one the parent closed.
+        let fresh = dir.join("fresh.db");
+        let opened_fresh = held_at_fork(
+            &|| match Store::open(&fresh, StoreOptions::default(), None) {
+                Ok(store) => {
+                    drop(store);
+                    0
+                }
+                Err(Error::Forked) => 30,
+                Err(_) => 31,
+            },
+        );
+        let opened_other = held_at_fork(
+            &|| match Store::open(&other, StoreOptions::default(), None) {
+                Ok(store) => {
+                    drop(store);
+                    0
+                }
+                Err(Error::Forked) => 40,
+                Err(_) => 41,
+            },
+        );
+        // Nor is the parent's own file let through.
+        let parents = held_at_fork(&|| match Store::open(
+            std::path::Path::new(&db),
+            StoreOptions::default(),
+            None,
+        ) {
+            Err(Error::Forked) => 0,
+            _ => 50,
+        });
+        println!("SCENARIO fresh={opened_fresh} other={opened_other} parents={parents}");
+        assert_eq!(
+            (opened_fresh, opened_other, parents),
+            (0, 0, 0),
+            "142: killed by the alarm (waited forever); 40: refused a file the parent never had open"
+        );
+    }
+
+    /// A child forked while a thread of the parent held the list of open
+    /// files (noting or dropping a store) opens its own files, neither
+    /// waiting forever for the lock nobody will release nor refusing them.
+    #[test]
+    fn a_child_forked_while_the_list_of_open_files_was_locked_opens_its_own_files() {
+        run_alone(
+            "store::forks::tests::list_locked_at_fork_scenario",
+            "TOOLLEDGER_LIST_LOCKED",
+        );
+    }
+
+    /// Runs the scenario test `name` alone in a test process of its own,
+    /// with `var` set to a database path in a fresh directory.
+    fn run_alone(name: &str, var: &str) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("l.db");
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(var, &db)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the scenario process never finished");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("1 passed"),
+            "the scenario failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
         );
     }
 
