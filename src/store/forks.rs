@@ -195,6 +195,22 @@ fn lock_open_files() -> impl Drop {
     OPEN_FILES.lock()
 }
 
+/// Tests: runs once, in the thread opening a store, right after SQLite
+/// opened the file and before `Store::open` returns (a thread of the parent
+/// in the middle of an open at the fork).
+#[cfg(test)]
+pub(super) static AFTER_CONNECT: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>> =
+    std::sync::Mutex::new(None);
+
+/// Runs (and clears) [`AFTER_CONNECT`].
+#[cfg(test)]
+pub(super) fn after_connect() {
+    let hook = AFTER_CONNECT.lock().ok().and_then(|mut h| h.take());
+    if let Some(f) = hook {
+        f();
+    }
+}
+
 #[cfg(unix)]
 fn identity(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
@@ -435,6 +451,65 @@ mod tests {
         run_alone(
             "store::forks::tests::list_locked_at_fork_scenario",
             "TOOLLEDGER_LIST_LOCKED",
+        );
+    }
+
+    /// The process half of `a_child_forked_while_its_parent_opens_a_file_may_not_open_it`.
+    #[test]
+    fn opening_at_fork_scenario() {
+        let Ok(db) = std::env::var("TOOLLEDGER_OPENING_AT_FORK") else {
+            return;
+        };
+        let db = std::path::PathBuf::from(db);
+        // The handler is in place (a ledger of the parent's, another file).
+        let _first = Store::open(
+            &db.with_file_name("first.db"),
+            StoreOptions::default(),
+            None,
+        )
+        .unwrap();
+        // A thread of the parent opens `db`: SQLite has the file open (its
+        // lock state for it is in the process) when the fork comes.
+        let (connected_tx, connected_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        *super::AFTER_CONNECT.lock().unwrap() = Some(Box::new(move || {
+            connected_tx.send(()).unwrap();
+            let _ = go_rx.recv_timeout(Duration::from_secs(30));
+        }));
+        let opener = {
+            let db = db.clone();
+            std::thread::spawn(move || Store::open(&db, StoreOptions::default(), None).map(drop))
+        };
+        connected_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the open never reached SQLite");
+        let child = in_child(|| match Store::open(&db, StoreOptions::default(), None) {
+            Err(Error::Forked) => 0,
+            Ok(store) => {
+                std::mem::forget(store);
+                60
+            }
+            Err(_) => 61,
+        });
+        go_tx.send(()).unwrap();
+        let parent = opener.join().unwrap();
+        println!("SCENARIO child={child} parent_ok={}", parent.is_ok());
+        assert_eq!(
+            (child, parent.is_ok()),
+            (0, true),
+            "60: the child opened a file its parent had open in SQLite at the fork"
+        );
+    }
+
+    /// A child forked while another thread of the parent is inside
+    /// `Store::open` of a file (SQLite has it open, the store is not built
+    /// yet) may not open that file: SQLite's lock state for it is the
+    /// parent's copy.
+    #[test]
+    fn a_child_forked_while_its_parent_opens_a_file_may_not_open_it() {
+        run_alone(
+            "store::forks::tests::opening_at_fork_scenario",
+            "TOOLLEDGER_OPENING_AT_FORK",
         );
     }
 

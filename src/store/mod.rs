@@ -541,16 +541,25 @@ impl Store {
             return Err(Error::Forked);
         }
         modes::prepare_private_db(&resolved);
+        // In the list before SQLite opens the file: a child forked while
+        // this thread is inside the open must find it there (SQLite's lock
+        // state for the file exists from the connection's first open on).
+        // Removed again if the open fails.
+        let opener = forks::Opener::here();
+        let file = forks::OpenFile::note(&resolved, opener);
         let location = Location::File(resolved.clone());
         let conn = connect_retrying_busy(&location, &options)
             .map_err(|e| refine_cannot_open(e, &resolved))?;
+        #[cfg(test)]
+        forks::after_connect();
+        // A file that could not be identified before (not created yet).
+        let file = file.or_else(|| forks::OpenFile::note(&resolved, opener));
         modes::tighten_db_files(&resolved);
         let ledger_id = dao::Dao::new(&conn).ledger_id()?;
         let keys = reseal::load_keys(&conn, ledger_id.as_deref(), key, true)?;
         let wal_file = wal_path(&resolved);
         let wal = file_id(&wal_file);
         let sync_failed = Arc::new(AtomicBool::new(false));
-        let opener = forks::Opener::here();
         Ok(Store {
             conn: Mutex::new(Some(Open::new(conn, wal, sync_failed.clone()))),
             location,
@@ -561,7 +570,7 @@ impl Store {
             wal_file: Some(wal_file),
             sync_failed,
             opener,
-            _file: forks::OpenFile::note(&resolved, opener),
+            _file: file,
         })
     }
 
