@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::model::SessionId;
+use crate::store::ParentOnlyFd;
 
 /// The answer of a lock probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,12 +47,21 @@ pub(crate) enum Probe {
 pub(crate) struct Sessions {
     dir: Option<PathBuf>,
     own: SessionId,
-    held: Mutex<Option<File>>,
+    held: Mutex<Option<Held>>,
     /// The process that took the lock. A child made by `fork()` shares the
     /// parent's open file description, and with it the lock: unlocking it or
     /// deleting the file there would end the parent's ownership while the
     /// parent runs (see [`Sessions::forked`]).
     pid: u32,
+}
+
+/// A held session lock file. A child made by `fork()` does not keep the
+/// parent's lock alive (see `ParentOnlyFd`).
+#[derive(Debug)]
+struct Held {
+    /// Declared first: out of the list before the descriptor is closed.
+    _parent_only: ParentOnlyFd,
+    file: File,
 }
 
 /// The directory that holds the session lock files of database `db` (a
@@ -124,9 +134,14 @@ impl Sessions {
         }
         for _ in 0..ACQUIRE_ROUNDS {
             let file = open_private(&path)?;
+            // Before the lock: a child forked from here on never keeps it.
+            let parent_only = ParentOnlyFd::note(&file);
             file.lock()?;
             if same_file(&file, &path) {
-                *held = Some(file);
+                *held = Some(Held {
+                    _parent_only: parent_only,
+                    file,
+                });
                 return Ok(());
             }
             // A cleaner deleted the file between our open and our lock: the
@@ -151,8 +166,8 @@ impl Sessions {
             return;
         }
         if let Ok(mut held) = self.held.lock() {
-            if let Some(file) = held.take() {
-                let _ = file.unlock();
+            if let Some(held) = held.take() {
+                let _ = held.file.unlock();
             }
         }
     }
@@ -215,8 +230,8 @@ impl Sessions {
 impl Drop for Sessions {
     fn drop(&mut self) {
         // A forked child's copy: the lock and the file are the parent's.
-        // (The descriptor is closed with the rest; closing one descriptor
-        // of an open file description never releases its `flock`.)
+        // (The child's descriptor was pointed at `/dev/null` at the fork,
+        // see `ParentOnlyFd`; it is closed with the rest.)
         if self.forked() {
             return;
         }

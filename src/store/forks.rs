@@ -16,6 +16,13 @@
 //! the ledger is started with `exec` (a `spawn` start method), or forked
 //! before the ledger is opened.
 //!
+//! Nor may the child keep the parent's session alive: a session's lock is
+//! a `flock` on its lock file, which belongs to the open file description,
+//! and the child's copy of the descriptor would keep it held after the
+//! parent died (a helper forked by the app made a dead app look alive for
+//! as long as the helper lived). The fork handler points the child's
+//! copies of those descriptors at `/dev/null` ([`ParentOnlyFd`]).
+//!
 //! The check is on every access to the connection, so it must cost nothing
 //! measurable: a fork handler (`pthread_atfork`, registered at the first
 //! open) counts the forks of this process's lineage in the child, and a
@@ -38,28 +45,64 @@ static FORKS: AtomicU64 = AtomicU64::new(0);
 /// True once the fork handler is in place.
 static WATCHED: AtomicBool = AtomicBool::new(false);
 static WATCH: Once = Once::new();
+/// `/dev/null`, open for the life of the process (-1 when it could not be
+/// opened): what a child's copies of the parent's session lock descriptors
+/// are pointed at.
+#[cfg(unix)]
+static NULL_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
 #[cfg(unix)]
 extern "C" fn before_fork() {
     // Runs in the forking thread of the parent just before `fork()`: takes
     // the list of open files, so that no other thread is changing it when
     // the child's copy is made (the child would inherit a lock nobody will
-    // release, and a list torn mid-change).
+    // release, and a list torn mid-change). Then the parent's session lock
+    // descriptors, likewise.
     OPEN_FILES.acquire();
+    PARENT_ONLY_FDS.acquire();
 }
 
 #[cfg(unix)]
 extern "C" fn in_parent() {
     // Runs in the parent right after `fork()`.
+    PARENT_ONLY_FDS.release();
     OPEN_FILES.release();
 }
 
 #[cfg(unix)]
 extern "C" fn in_child() {
     // Runs in the child right after `fork()`: only async-signal-safe work
-    // (lock-free atomics).
+    // (lock-free atomics, `dup2`, `fcntl`).
     FORKS.fetch_add(1, Ordering::Relaxed);
+    drop_parent_only_fds();
+    PARENT_ONLY_FDS.release();
     OPEN_FILES.release();
+}
+
+/// In a child, right after `fork()` (the list held by the fork handler):
+/// each descriptor of the parent's session lock files is pointed at
+/// `/dev/null` instead, so that the child holds no reference to the open
+/// file description that carries the parent's `flock`: the lock goes when
+/// the parent dies, whatever the child does. The descriptor number stays
+/// valid (closed by the child's copy of its `File`), and the list is
+/// emptied (those numbers are the child's to reuse).
+#[cfg(unix)]
+fn drop_parent_only_fds() {
+    let null = NULL_FD.load(Ordering::Relaxed);
+    // SAFETY: the fork handler holds the list (this thread is the only one
+    // in the child).
+    let fds = unsafe { &mut *PARENT_ONLY_FDS.items.get() };
+    if null >= 0 {
+        for &fd in fds.iter() {
+            // SAFETY: plain system calls on descriptors of this process.
+            unsafe {
+                if libc::dup2(null, fd) == fd {
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
+        }
+    }
+    fds.clear();
 }
 
 fn watch() {
@@ -73,6 +116,9 @@ fn watch() {
                 unsafe { libc::pthread_atfork(Some(before_fork), Some(in_parent), Some(in_child)) }
                     == 0;
             WATCHED.store(registered, Ordering::Relaxed);
+            // SAFETY: a plain `open` of a path that is a C string.
+            let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+            NULL_FD.store(null, Ordering::Relaxed);
         }
     });
 }
@@ -114,29 +160,39 @@ struct FileKey {
     forks: u64,
 }
 
-/// The database files this process's stores have open (several stores may
-/// have one file open). A child made by `fork()` inherits the list.
-///
-/// Not a `std::sync::Mutex`: a child forked while another thread of the
-/// parent held one would wait for it forever (the thread is not in the
-/// child). This lock is taken by the fork handler before the fork and
-/// released on both sides after it, so the child always finds it free and
-/// the list whole. Its holders only push or remove an entry.
-struct OpenFiles {
+/// A list behind a spin lock, not a `std::sync::Mutex`: a child forked
+/// while another thread of the parent held one would wait for it forever
+/// (the thread is not in the child). The lock is taken by the fork handler
+/// before the fork and released on both sides after it, so the child
+/// always finds it free and the list whole. Its holders only push or
+/// remove an entry.
+struct SpinList<T> {
     busy: AtomicBool,
-    files: UnsafeCell<Vec<FileKey>>,
+    items: UnsafeCell<Vec<T>>,
 }
 
-// SAFETY: `files` is only reached through `OpenFiles::lock`, which holds
-// `busy` (acquire/release) for as long as the guard lives.
-unsafe impl Sync for OpenFiles {}
+// SAFETY: `items` is only reached through `SpinList::lock`, which holds
+// `busy` (acquire/release) for as long as the guard lives, and by the fork
+// handler, which holds it too.
+unsafe impl<T: Send> Sync for SpinList<T> {}
 
-static OPEN_FILES: OpenFiles = OpenFiles {
-    busy: AtomicBool::new(false),
-    files: UnsafeCell::new(Vec::new()),
-};
+/// The database files (device, inode, forks) this process's stores have
+/// open (several stores may have one file open). A child made by `fork()`
+/// inherits the list.
+static OPEN_FILES: SpinList<FileKey> = SpinList::new();
 
-impl OpenFiles {
+/// The descriptors of this process's held session lock files (see
+/// [`ParentOnlyFd`]).
+static PARENT_ONLY_FDS: SpinList<i32> = SpinList::new();
+
+impl<T> SpinList<T> {
+    const fn new() -> SpinList<T> {
+        SpinList {
+            busy: AtomicBool::new(false),
+            items: UnsafeCell::new(Vec::new()),
+        }
+    }
+
     fn acquire(&self) {
         while self
             .busy
@@ -157,34 +213,81 @@ impl OpenFiles {
     /// free. (Where the handler could not be registered, a child forked in
     /// the middle of a change would wait forever; `pthread_atfork` fails
     /// only when out of memory.)
-    fn lock(&'static self) -> FilesGuard {
+    fn lock(&'static self) -> ListGuard<T> {
         watch();
         self.acquire();
-        FilesGuard(self)
+        ListGuard(self)
     }
 }
 
-/// The held list of open files.
-struct FilesGuard(&'static OpenFiles);
+/// A held list.
+struct ListGuard<T: 'static>(&'static SpinList<T>);
 
-impl std::ops::Deref for FilesGuard {
-    type Target = Vec<FileKey>;
-    fn deref(&self) -> &Vec<FileKey> {
+impl<T> std::ops::Deref for ListGuard<T> {
+    type Target = Vec<T>;
+    fn deref(&self) -> &Vec<T> {
         // SAFETY: the guard holds the lock.
-        unsafe { &*self.0.files.get() }
+        unsafe { &*self.0.items.get() }
     }
 }
 
-impl std::ops::DerefMut for FilesGuard {
-    fn deref_mut(&mut self) -> &mut Vec<FileKey> {
+impl<T> std::ops::DerefMut for ListGuard<T> {
+    fn deref_mut(&mut self) -> &mut Vec<T> {
         // SAFETY: the guard holds the lock (exclusively).
-        unsafe { &mut *self.0.files.get() }
+        unsafe { &mut *self.0.items.get() }
     }
 }
 
-impl Drop for FilesGuard {
+impl<T> Drop for ListGuard<T> {
     fn drop(&mut self) {
         self.0.release();
+    }
+}
+
+/// A session lock file's descriptor, which a child made by `fork()` must
+/// not keep: `flock` locks belong to the open file description, and a
+/// child's copy of the descriptor keeps the parent's lock held after the
+/// parent died (a helper the app forked would make a dead app's session
+/// look alive for as long as the helper lives). While this lives, every
+/// child forked gets the descriptor pointed at `/dev/null` instead. Noted
+/// before the file is locked, dropped before it is closed.
+#[derive(Debug)]
+pub(crate) struct ParentOnlyFd {
+    fd: i32,
+    opener: Opener,
+}
+
+impl ParentOnlyFd {
+    /// Notes `file`'s descriptor (nothing where there are no descriptors).
+    pub(crate) fn note(file: &std::fs::File) -> ParentOnlyFd {
+        #[cfg(unix)]
+        let fd = {
+            use std::os::unix::io::AsRawFd;
+            file.as_raw_fd()
+        };
+        #[cfg(not(unix))]
+        let fd = {
+            let _ = file;
+            -1
+        };
+        let opener = Opener::here();
+        if fd >= 0 {
+            PARENT_ONLY_FDS.lock().push(fd);
+        }
+        ParentOnlyFd { fd, opener }
+    }
+}
+
+impl Drop for ParentOnlyFd {
+    fn drop(&mut self) {
+        // In a child the list was emptied at the fork.
+        if self.fd < 0 || self.opener.forked_since() {
+            return;
+        }
+        let mut fds = PARENT_ONLY_FDS.lock();
+        if let Some(i) = fds.iter().position(|&f| f == self.fd) {
+            fds.swap_remove(i);
+        }
     }
 }
 

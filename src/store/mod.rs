@@ -64,6 +64,7 @@ pub use diagnostics::{DbSize, StoreStats};
 pub use error::{Error, Result};
 pub use events::MoveEvent;
 pub use executions::{Fence, NewExecution, StatusFields, StoredAnswer};
+pub(crate) use forks::ParentOnlyFd;
 pub use modes::{private_dir, private_file};
 pub use retention::{PruneCandidate, PrunedRows, Tombstone};
 

@@ -310,6 +310,77 @@ fn a_forked_child_that_uses_its_parents_ledger_is_refused_and_changes_nothing() 
     );
 }
 
+/// The process half of `a_helper_forked_by_the_owner_does_not_keep_a_dead_owner_alive`
+/// (run alone in its own test process, as `forked_child_scenario`).
+#[test]
+fn forked_helper_outlives_owner_scenario() {
+    let Ok(db) = std::env::var("TOOLLEDGER_HELPER_OUTLIVES") else {
+        return;
+    };
+    let path = Path::new(&db);
+    let stop = path.with_file_name("stop");
+    let s = spec("c1", "pay", r#"{"amount":"12.50"}"#);
+    // The app, in a process of its own: it begins a call, forks a helper
+    // (a crash reporter, a worker of a `fork` pool) and dies while its
+    // tool runs (no drop, no unlock).
+    let app = unsafe { fork() };
+    assert!(app >= 0, "fork failed");
+    if app == 0 {
+        let (ledger, _clock) = open_at(path);
+        let Ok(Begin::Execute(_)) = ledger.begin(&op("o"), 0, &s) else {
+            unsafe { _exit(70) };
+        };
+        let helper = unsafe { fork() };
+        if helper == 0 {
+            // The helper outlives the app (until told to stop, 20 s at most).
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !stop.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            unsafe { _exit(0) };
+        }
+        unsafe { _exit(if helper > 0 { 0 } else { 71 }) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut status = 0;
+        if unsafe { waitpid(app, &mut status, WNOHANG) } == app {
+            assert_eq!(status, 0, "the app began its call and forked its helper");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the app never exited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The app is dead, its helper alive. The app starts again (a new
+    // session) and asks for the same call.
+    let (again, _clock) = open_at(path);
+    let answer = again.begin(&op("o"), 0, &s);
+    std::fs::write(&stop, b"").unwrap();
+    let (answer, id) = match &answer {
+        Ok(Begin::Reconcile(r)) => ("reconcile", Some(&r.execution_id)),
+        Ok(Begin::InFlight { execution_id, .. }) => ("in_flight", Some(execution_id)),
+        Ok(_) => ("other", None),
+        Err(_) => ("error", None),
+    };
+    let status = id
+        .and_then(|id| again.get(id).ok().flatten())
+        .map(|r| r.status);
+    println!("SCENARIO answer={answer} status={status:?}");
+    assert_eq!(
+        (answer, status),
+        ("reconcile", Some(ExecutionStatus::OutcomeUnknown)),
+        "in_flight: the dead app's session counted as alive while its helper lived"
+    );
+}
+
+#[test]
+fn a_helper_forked_by_the_owner_does_not_keep_a_dead_owner_alive() {
+    run_scenario(
+        "live_owners::forked_helper_outlives_owner_scenario",
+        "TOOLLEDGER_HELPER_OUTLIVES",
+    );
+}
+
 // ---------------------------------------------------------------------------
 // A suspended owner whose tool sends after the takeover
 // ---------------------------------------------------------------------------
