@@ -19,10 +19,15 @@ use crate::store::{self, Dao, DbSize, Store, StoreOptions, StoreStats};
 /// begin, commit or recover anything.
 #[derive(Debug)]
 pub struct Inspector {
-    /// `None` only while switching to a shared connection.
-    store: Mutex<Option<Store>>,
+    /// Its connection (switched to a shared one when the file comes into
+    /// use).
+    store: Mutex<Store>,
     /// The file's own schema version when a migrated copy is read.
     copied_from_schema: Option<i64>,
+    /// The process the inspector was opened in: a forked child is refused
+    /// before `store`'s mutex, which another thread of the parent may have
+    /// held at the fork.
+    opener: store::Opener,
 }
 
 /// Everything `stats` reports about a ledger file.
@@ -82,12 +87,9 @@ impl Inspector {
             return Err(Error::Store(store::Error::CannotOpen));
         }
         Ok(Inspector {
-            store: Mutex::new(Some(Store::open_read_only(
-                path,
-                StoreOptions::default(),
-                key,
-            )?)),
+            store: Mutex::new(Store::open_read_only(path, StoreOptions::default(), key)?),
             copied_from_schema: None,
+            opener: store::Opener::here(),
         })
     }
 
@@ -138,8 +140,9 @@ impl Inspector {
             other => other?,
         };
         Ok(Inspector {
-            store: Mutex::new(Some(store)),
+            store: Mutex::new(store),
             copied_from_schema: Some(found),
+            opener: store::Opener::here(),
         })
     }
 
@@ -222,24 +225,20 @@ impl Inspector {
     /// and another connection started using it meanwhile, `f` runs again
     /// through SQLite's shared locking, so no torn read is ever reported.
     fn read<T>(&self, f: impl Fn(&Dao<'_>) -> store::Result<T>) -> Result<T> {
-        let mut guard = self
+        if self.opener.forked_since() {
+            return Err(Error::Store(store::Error::Forked));
+        }
+        let mut current = self
             .store
             .lock()
             .map_err(|_| Error::Store(store::Error::LockPoisoned))?;
-        let Some(current) = guard.as_ref() else {
-            return Err(Error::Store(store::Error::Suspended));
-        };
         let first = current.read(|dao: &Dao<'_>| f(dao));
         if !current.came_into_use() {
             return Ok(first?);
         }
-        let Some(store) = guard.take() else {
-            return Err(Error::Store(store::Error::Suspended));
-        };
-        let shared = store.reopen_shared()?;
-        let again = shared.read(|dao: &Dao<'_>| f(dao));
-        *guard = Some(shared);
-        Ok(again?)
+        // Kept as it was when this fails: the next read tries again.
+        current.reopen_shared()?;
+        Ok(current.read(|dao: &Dao<'_>| f(dao))?)
     }
 }
 
@@ -250,5 +249,90 @@ fn read_user_version(path: &Path) -> Result<i64> {
         Ok(store) => Ok(store.read(|dao: &Dao<'_>| dao.schema_version())?),
         Err(store::Error::OlderSchema { found, .. }) => Ok(found),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::Inspector;
+    use crate::ledger::Error;
+    use crate::store::{self, fork_tests, Store, StoreOptions};
+
+    /// The process half of `a_forked_childs_inspector_is_refused_without_waiting`.
+    #[test]
+    fn forked_inspector_scenario() {
+        let Ok(db) = std::env::var("TOOLLEDGER_FORKED_INSPECTOR") else {
+            return;
+        };
+        drop(Store::open(Path::new(&db), StoreOptions::default(), None).unwrap());
+        let inspector = std::sync::Arc::new(Inspector::open(Path::new(&db)).unwrap());
+        assert!(inspector.summary().is_ok());
+        // Another thread of the parent is in the middle of a read at the
+        // fork: it holds the inspector's mutex.
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let inspector = inspector.clone();
+            std::thread::spawn(move || {
+                let guard = inspector.store.lock().unwrap();
+                held_tx.send(()).unwrap();
+                let _ = release_rx.recv_timeout(Duration::from_secs(30));
+                drop(guard);
+            })
+        };
+        held_rx.recv().unwrap();
+        let child = fork_tests::in_child(|| match inspector.summary() {
+            Err(Error::Store(store::Error::Forked)) => 0,
+            Ok(_) => 20,
+            Err(_) => 21,
+        });
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        // The parent's inspector still reads.
+        let parent = inspector.summary().is_ok();
+        println!("SCENARIO child={child} parent_ok={parent}");
+        assert_eq!(
+            (child, parent),
+            (0, true),
+            "142: the child waited forever for the mutex a parent thread held"
+        );
+    }
+
+    /// An inspector used in a child forked while another thread of the
+    /// parent was reading through it answers `Forked` at once instead of
+    /// waiting forever for the mutex that thread held.
+    #[test]
+    fn a_forked_childs_inspector_is_refused_without_waiting() {
+        fork_tests::run_alone(
+            "ledger::inspect::tests::forked_inspector_scenario",
+            "TOOLLEDGER_FORKED_INSPECTOR",
+        );
+    }
+
+    /// A file that came into use while an inspector read it, and could not
+    /// be reopened through SQLite's shared locking (here: its `-wal` cannot
+    /// be opened), answers that error and keeps the inspector: once the
+    /// cause is gone it reads again (it answered `Suspended` for its life).
+    #[test]
+    fn a_failed_switch_to_shared_reading_keeps_the_inspector() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("l.db");
+        drop(Store::open(&db, StoreOptions::default(), None).unwrap());
+        let inspector = Inspector::open(&db).unwrap();
+        let before = inspector.summary().unwrap();
+        // The file seems to come into use (a `-wal` appears), and SQLite
+        // cannot open that `-wal` (a directory stands there).
+        let wal = dir.path().join("l.db-wal");
+        std::fs::create_dir(&wal).unwrap();
+        let failed = inspector.summary();
+        assert!(
+            matches!(&failed, Err(Error::Store(e)) if !matches!(e, store::Error::Suspended)),
+            "{failed:?}"
+        );
+        std::fs::remove_dir(&wal).unwrap();
+        assert_eq!(inspector.summary().unwrap(), before);
     }
 }

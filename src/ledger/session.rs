@@ -133,9 +133,9 @@ impl Sessions {
             create_private_dir(dir)?;
         }
         for _ in 0..ACQUIRE_ROUNDS {
-            let file = open_private(&path)?;
-            // Before the lock: a child forked from here on never keeps it.
-            let parent_only = ParentOnlyFd::note(&file);
+            // Noted as it is opened, before the lock: a child forked from
+            // here on never keeps it.
+            let (file, parent_only) = ParentOnlyFd::open(|| open_private(&path))?;
             file.lock()?;
             if same_file(&file, &path) {
                 *held = Some(Held {

@@ -125,14 +125,14 @@ fn watch() {
 
 /// The process a store was opened in.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Opener {
+pub(crate) struct Opener {
     forks: u64,
     pid: u32,
 }
 
 impl Opener {
     /// This process, now.
-    pub(super) fn here() -> Opener {
+    pub(crate) fn here() -> Opener {
         watch();
         Opener {
             forks: FORKS.load(Ordering::Relaxed),
@@ -142,7 +142,7 @@ impl Opener {
 
     /// True in a child made by `fork()` of the process this was taken in
     /// (or of one of its descendants).
-    pub(super) fn forked_since(&self) -> bool {
+    pub(crate) fn forked_since(&self) -> bool {
         if WATCHED.load(Ordering::Relaxed) {
             FORKS.load(Ordering::Relaxed) != self.forks
         } else {
@@ -258,23 +258,29 @@ pub(crate) struct ParentOnlyFd {
 }
 
 impl ParentOnlyFd {
-    /// Notes `file`'s descriptor (nothing where there are no descriptors).
-    pub(crate) fn note(file: &std::fs::File) -> ParentOnlyFd {
+    /// Opens a file with `open` and notes its descriptor (nothing where
+    /// there are no descriptors). The list is held across the open, so no
+    /// fork comes between the descriptor's birth and its note: a child
+    /// forked then would keep a reference to the description the parent
+    /// locks next.
+    pub(crate) fn open(
+        open: impl FnOnce() -> std::io::Result<std::fs::File>,
+    ) -> std::io::Result<(std::fs::File, ParentOnlyFd)> {
+        let opener = Opener::here();
+        let mut fds = PARENT_ONLY_FDS.lock();
+        let file = open()?;
         #[cfg(unix)]
         let fd = {
             use std::os::unix::io::AsRawFd;
             file.as_raw_fd()
         };
         #[cfg(not(unix))]
-        let fd = {
-            let _ = file;
-            -1
-        };
-        let opener = Opener::here();
+        let fd = -1;
         if fd >= 0 {
-            PARENT_ONLY_FDS.lock().push(fd);
+            fds.push(fd);
         }
-        ParentOnlyFd { fd, opener }
+        drop(fds);
+        Ok((file, ParentOnlyFd { fd, opener }))
     }
 }
 
@@ -382,7 +388,7 @@ impl Drop for OpenFile {
 }
 
 #[cfg(all(test, unix))]
-mod tests {
+pub(crate) mod tests {
     use std::time::{Duration, Instant};
 
     use crate::store::{Error, Store, StoreOptions};
@@ -397,7 +403,7 @@ mod tests {
     /// Runs `f` in a child made by `fork()` (killed by an alarm after 5 s:
     /// a use that waits forever) and returns its exit code, or 128 + the
     /// signal that ended it.
-    fn in_child(f: impl FnOnce() -> i32) -> i32 {
+    pub(crate) fn in_child(f: impl FnOnce() -> i32) -> i32 {
         // SAFETY: the child only runs `f` and exits.
         let pid = unsafe { fork() };
         assert!(pid >= 0, "fork failed");
@@ -618,7 +624,7 @@ mod tests {
 
     /// Runs the scenario test `name` alone in a test process of its own,
     /// with `var` set to a database path in a fresh directory.
-    fn run_alone(name: &str, var: &str) {
+    pub(crate) fn run_alone(name: &str, var: &str) {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("l.db");
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())

@@ -64,7 +64,10 @@ pub use diagnostics::{DbSize, StoreStats};
 pub use error::{Error, Result};
 pub use events::MoveEvent;
 pub use executions::{Fence, NewExecution, StatusFields, StoredAnswer};
-pub(crate) use forks::ParentOnlyFd;
+/// Forking helpers for the tests of other modules.
+#[cfg(all(test, unix))]
+pub(crate) use forks::tests as fork_tests;
+pub(crate) use forks::{Opener, ParentOnlyFd};
 pub use modes::{private_dir, private_file};
 pub use retention::{PruneCandidate, PrunedRows, Tombstone};
 
@@ -1173,37 +1176,28 @@ impl Store {
     }
 
     /// Reopens a read-only store through SQLite's normal locking (shared
-    /// with the writers), after [`Store::came_into_use`].
+    /// with the writers), after [`Store::came_into_use`]. A store that is
+    /// not a read-only file's is left as it is.
     ///
     /// # Errors
-    /// As [`Store::open_read_only`].
-    pub fn reopen_shared(self) -> Result<Store> {
-        if self.opener.forked_since() {
-            return Err(Error::Forked);
-        }
-        match self.location {
-            Location::ReadOnlyFile { path, .. } => {
-                let location = Location::ReadOnlyFile {
-                    path,
-                    immutable: false,
-                };
-                let conn = connect(&location, &self.options, false)?;
-                let sync_failed = self.sync_failed;
-                Ok(Store {
-                    conn: Mutex::new(Some(Open::new(conn, None, sync_failed.clone()))),
-                    location,
-                    options: self.options,
-                    ledger_id: None,
-                    keys: self.keys,
-                    sink: self.sink,
-                    wal_file: None,
-                    sync_failed,
-                    opener: self.opener,
-                    _file: self._file,
-                })
-            }
-            _ => Ok(self),
-        }
+    /// As [`Store::open_read_only`], the store left as it was (still
+    /// usable); [`Error::Forked`] in a forked child.
+    pub fn reopen_shared(&mut self) -> Result<()> {
+        self.refuse_forked()?;
+        let Location::ReadOnlyFile { path, .. } = &self.location else {
+            return Ok(());
+        };
+        let location = Location::ReadOnlyFile {
+            path: path.clone(),
+            immutable: false,
+        };
+        let conn = connect(&location, &self.options, false)?;
+        // The immutable connection is closed here, the shared one kept.
+        self.conn = Mutex::new(Some(Open::new(conn, None, self.sync_failed.clone())));
+        self.location = location;
+        self.ledger_id = None;
+        self.wal_file = None;
+        Ok(())
     }
 }
 
