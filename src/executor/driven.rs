@@ -45,7 +45,7 @@ use super::tool::{
 };
 use super::{CallOutcome, Error, Executor, Result};
 use crate::crashpoint::{self, CrashPoint};
-use crate::ledger::{self, Begin, CallSpec, Resolution, Ticket};
+use crate::ledger::{self, AttemptId, Begin, CallSpec, Resolution, Ticket};
 use crate::model::{ExecutionId, ExecutionStatus, OperationId, ToolCall};
 
 /// One attempt (or lookup) that the caller runs itself. Its execution id and
@@ -569,6 +569,35 @@ impl Executor {
         if rec.status != ExecutionStatus::OutcomeUnknown
             || rec.attempt_count != attempt.request.attempt
         {
+            if let Ok(LookupOutcome::Found {
+                result_json,
+                external_id,
+            }) = found
+            {
+                // An effect found for an attempt settled or superseded
+                // meanwhile (another session's "not found", a resend): the
+                // ledger's fence keeps it as evidence, as for the executor's
+                // own lookup, instead of dropping it.
+                let limits = &self.ledger().config().json_limits;
+                let looked = AttemptId::new(id.clone(), attempt.request.attempt);
+                let kept = self.ledger().resolve_unknown(
+                    &looked,
+                    Resolution::Found {
+                        result_json: storable_result(result_json, limits),
+                        external_id,
+                    },
+                );
+                match kept {
+                    Err(ledger::Error::StaleAttempt { .. })
+                    | Err(ledger::Error::InvalidTransition { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                    // Unknown again at this attempt since the read: found.
+                    Ok(r) => {
+                        let step = self.after_resolution(&looked, r);
+                        return self.hand_over(&desc, step);
+                    }
+                }
+            }
             return Ok(CallerStep::Done(self.current_outcome(id)?));
         }
         // When the lookup was handed out: its "not found" proves nothing

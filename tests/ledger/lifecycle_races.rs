@@ -416,6 +416,152 @@ fn a_job_result_for_a_call_settled_as_absent_is_kept_as_evidence() {
     assert_eq!(pruned.executions, 0);
 }
 
+/// A caller-driven lookup tool (the caller runs `perform` and `lookup`).
+struct CallerLookupPay;
+
+#[async_trait::async_trait]
+impl toolledger::executor::ToolHandler for CallerLookupPay {
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            lookup: true,
+            ..ToolDescriptor::side_effect("pay", 1)
+        }
+    }
+
+    async fn perform(
+        &self,
+        _req: toolledger::executor::ToolRequest,
+    ) -> Result<toolledger::executor::PerformOutcome, toolledger::executor::ToolError> {
+        unreachable!("caller-driven only")
+    }
+}
+
+fn found_pay() -> Result<toolledger::executor::LookupOutcome, toolledger::executor::ToolError> {
+    Ok(toolledger::executor::LookupOutcome::Found {
+        result_json: r#"{"paid":"pay_1"}"#.into(),
+        external_id: Some("pay_1".into()),
+    })
+}
+
+/// Row 23's race for a caller-driven call: the caller's payment lost its
+/// answer (unknown) and it is handed a `Lookup`; while its lookup runs, the
+/// app (another session) settles the call as absent. The lookup finds the
+/// payment. `report_lookup` saw the row no longer unknown and answered the
+/// stored status without asking the ledger: the found payment was dropped,
+/// no evidence, the execution prunable as a failure. It must be kept as
+/// evidence, as the executor's own lookup keeps it.
+#[test]
+fn a_caller_driven_found_reported_after_another_resolver_said_not_found_is_kept_as_evidence() {
+    use toolledger::executor::{CallerStep, PerformOutcome};
+    use toolledger::ledger::{AttemptId, Resolution, Resolved};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let exec = Executor::new(Arc::new(open_with(&path, &clock)), fast_config());
+    exec.register(Arc::new(CallerLookupPay)).unwrap();
+    let app = open_with(&path, &clock);
+    let call = ToolCall::custom("c1", "pay", r#"{"amount":"12.50"}"#);
+    let CallerStep::Perform(a) = exec.start(&op("o"), 0, call).unwrap() else {
+        panic!("expected Perform")
+    };
+    let id = a.request.execution_id.clone();
+    let step = exec
+        .report(
+            &a,
+            Ok(PerformOutcome::Unknown {
+                reason: "connection reset".into(),
+            }),
+        )
+        .unwrap();
+    let CallerStep::Lookup(l) = step else {
+        panic!("{step:?}")
+    };
+    let settled = app
+        .resolve_unknown(
+            &AttemptId::new(id.clone(), 1),
+            Resolution::NotFoundAbandon {
+                reason: "the user saw no payment".into(),
+            },
+        )
+        .unwrap();
+    assert_eq!(settled, Resolved::Failed);
+
+    let step = exec.report_lookup(&l, found_pay()).unwrap();
+
+    assert!(
+        matches!(
+            step,
+            CallerStep::Done(CallOutcome::Failed {
+                retryable: false,
+                ..
+            })
+        ),
+        "{step:?}"
+    );
+    let rec = app.get(&id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::FailedBeforeCommit);
+    let evidence = app.evidence(&id).unwrap();
+    assert_eq!(evidence.len(), 1, "the found payment is kept");
+    assert_eq!(evidence[0].kind, "commit");
+    assert_eq!(evidence[0].attempt, 1);
+    assert_eq!(evidence[0].external_id.as_deref(), Some("pay_1"));
+    let pruned = app
+        .prune(toolledger::ledger::PruneCutoff::BeforeMs(i64::MAX), true)
+        .unwrap();
+    assert_eq!(pruned.executions, 0);
+}
+
+/// The same report when another session resent the call meanwhile (the
+/// app's `NotFoundRetry`: attempt 2, running there): the lookup of attempt
+/// 1 found the payment. It was dropped without evidence; the executor's
+/// own lookup, refused by the fence, keeps it (a stale attempt's commit).
+#[test]
+fn a_caller_driven_found_for_an_attempt_resent_meanwhile_is_kept_as_evidence() {
+    use toolledger::executor::{CallerStep, PerformOutcome};
+    use toolledger::ledger::{AttemptId, Resolution, Resolved};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let exec = Executor::new(Arc::new(open_with(&path, &clock)), fast_config());
+    exec.register(Arc::new(CallerLookupPay)).unwrap();
+    let app = open_with(&path, &clock);
+    let call = ToolCall::custom("c1", "pay", r#"{"amount":"12.50"}"#);
+    let CallerStep::Perform(a) = exec.start(&op("o"), 0, call).unwrap() else {
+        panic!("expected Perform")
+    };
+    let id = a.request.execution_id.clone();
+    let step = exec
+        .report(
+            &a,
+            Ok(PerformOutcome::Unknown {
+                reason: "connection reset".into(),
+            }),
+        )
+        .unwrap();
+    let CallerStep::Lookup(l) = step else {
+        panic!("{step:?}")
+    };
+    let resent = app
+        .resolve_unknown(&AttemptId::new(id.clone(), 1), Resolution::NotFoundRetry)
+        .unwrap();
+    assert!(matches!(resent, Resolved::Retry(_)), "{resent:?}");
+
+    let step = exec.report_lookup(&l, found_pay()).unwrap();
+
+    assert!(
+        matches!(step, CallerStep::Done(CallOutcome::InFlight { .. })),
+        "{step:?}"
+    );
+    let rec = app.get(&id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::Executing);
+    assert_eq!(rec.attempt_count, 2);
+    let evidence = app.evidence(&id).unwrap();
+    assert_eq!(evidence.len(), 1, "the found payment is kept");
+    assert_eq!(evidence[0].kind, "commit");
+    assert_eq!(evidence[0].attempt, 1);
+    assert_eq!(evidence[0].external_id.as_deref(), Some("pay_1"));
+}
+
 // ---------------------------------------------------------------------------
 // Approvals and compensations from two sessions (these held)
 // ---------------------------------------------------------------------------
