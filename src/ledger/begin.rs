@@ -885,7 +885,8 @@ impl Ledger {
     /// An operation stopped while an effect was possible is
     /// `cancelled_after_side_effect`; once none of its executions can have
     /// an effect any more (nothing committed, running or unknown, no batch
-    /// item committed), it is plain `cancelled` again.
+    /// item committed, no effect kept as evidence), it is plain `cancelled`
+    /// again.
     fn settle_cancelled_operation(&self, dao: &Dao<'_>, op: &OperationId, now: i64) -> Result<()> {
         if dao.operation_status(op)? != Some(OperationStatus::CancelledAfterSideEffect) {
             return Ok(());
@@ -898,7 +899,10 @@ impl Ledger {
                     | ExecutionStatus::Executing
                     | ExecutionStatus::OutcomeUnknown
             ) || (rec.status == ExecutionStatus::FailedBeforeCommit
-                && dao.has_batch_items(&rec.execution_id)?);
+                && dao.has_batch_items(&rec.execution_id)?)
+                // Settled as absent, but an effect was found afterwards
+                // (kept as evidence): the effect exists all the same.
+                || dao.has_effect_evidence(&rec.execution_id)?;
             if possible {
                 return Ok(());
             }

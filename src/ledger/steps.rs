@@ -105,6 +105,9 @@ impl Ledger {
             &note,
             now,
         )?;
+        if kind.is_effect() {
+            effect_in_operation(dao, &rec.operation_id, now)?;
+        }
         Ok(Some(Error::StaleAttempt {
             execution_id: rec.execution_id.clone(),
             attempt: attempt.attempt,
@@ -694,7 +697,7 @@ impl Ledger {
             &note,
             now,
         )?;
-        Ok(())
+        effect_in_operation(dao, &rec.operation_id, now)
     }
 
     /// An unknown outcome found absent, not to be retried: a batch whose
@@ -851,6 +854,16 @@ pub(super) fn settled_without_effect(status: ExecutionStatus) -> bool {
             | ExecutionStatus::CancelledBeforeCommit
             | ExecutionStatus::Rejected
     )
+}
+
+/// Evidence of an effect was kept for an execution of `op`: a cancelled
+/// operation is `cancelled_after_side_effect` (it was plain `cancelled` when
+/// the execution had been settled as absent before the effect was found).
+fn effect_in_operation(dao: &Dao<'_>, op: &OperationId, now: i64) -> Result<()> {
+    if dao.operation_status(op)? == Some(OperationStatus::Cancelled) {
+        dao.set_operation_status(op, OperationStatus::CancelledAfterSideEffect, now)?;
+    }
+    Ok(())
 }
 
 /// True when the operation was cancelled.

@@ -46,6 +46,18 @@ pub enum EvidenceKind {
 }
 
 impl EvidenceKind {
+    /// True for evidence that an effect may exist downstream (the kinds
+    /// [`Dao::has_effect_evidence`] counts).
+    pub fn is_effect(self) -> bool {
+        matches!(
+            self,
+            EvidenceKind::Commit
+                | EvidenceKind::ExternalId
+                | EvidenceKind::BatchItem
+                | EvidenceKind::Job
+        )
+    }
+
     /// The name stored in the `evidence` table.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -226,6 +238,22 @@ impl Dao<'_> {
                 e.at_ms
             ])?;
         Ok(())
+    }
+
+    /// True when evidence says an effect of execution `id` may exist
+    /// downstream (a result, an external id, a committed batch item, a job
+    /// started), whatever its status says.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn has_effect_evidence(&self, id: &ExecutionId) -> Result<bool> {
+        Ok(self
+            .tx
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM evidence WHERE execution_id = ?1
+                    AND kind IN ('commit', 'external_id', 'batch_item', 'job'))",
+            )?
+            .query_row([id], |r| r.get(0))?)
     }
 
     /// The evidence kept for one execution, oldest first.

@@ -562,6 +562,75 @@ fn a_caller_driven_found_for_an_attempt_resent_meanwhile_is_kept_as_evidence() {
     assert_eq!(evidence[0].external_id.as_deref(), Some("pay_1"));
 }
 
+/// An operation is cancelled while two of its calls are unknown
+/// (`cancelled_after_side_effect`). The app settles both as absent, one
+/// then the other; between the two, a lookup of the first finds its
+/// effect, which is kept as evidence. The operation must say an effect
+/// exists: it was plain `cancelled` (the first settlement made it so, the
+/// found effect left it so), and the app that trusts the operation's
+/// status to know whether anything needs undoing is told nothing happened.
+#[test]
+fn an_effect_found_after_a_cancelled_call_was_settled_leaves_the_operation_cancelled_after_side_effect(
+) {
+    use toolledger::ledger::{Resolution, Resolved};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (owner, clock) = open_at(&path);
+    let pay = r#"{"amount":"12.50"}"#;
+    let t1 = ticket(owner.begin(&op("o"), 0, &spec("c1", "pay", pay)).unwrap());
+    let t2 = ticket(owner.begin(&op("o"), 0, &spec("c2", "pay", pay)).unwrap());
+    for t in [&t1, &t2] {
+        owner
+            .mark_outcome_unknown(&t.attempt_id(), "connection reset")
+            .unwrap();
+    }
+    let app = open_with(&path, &clock);
+    assert_eq!(
+        app.cancel_operation(&op("o")).unwrap(),
+        OperationStatus::CancelledAfterSideEffect
+    );
+    let abandon = || Resolution::NotFoundAbandon {
+        reason: "the user saw no payment".into(),
+    };
+    assert_eq!(
+        app.resolve_unknown(&t1.attempt_id(), abandon()).unwrap(),
+        Resolved::Cancelled
+    );
+    // The late lookup of c1 finds its payment.
+    let late = owner.resolve_unknown(
+        &t1.attempt_id(),
+        Resolution::Found {
+            result_json: r#"{"paid":"pay_1"}"#.into(),
+            external_id: Some("pay_1".into()),
+        },
+    );
+    assert!(
+        matches!(
+            late,
+            Err(toolledger::ledger::Error::InvalidTransition {
+                from: ExecutionStatus::CancelledBeforeCommit,
+                ..
+            })
+        ),
+        "{late:?}"
+    );
+    assert_eq!(app.evidence(&t1.execution_id).unwrap().len(), 1);
+    assert_eq!(
+        app.operation_status(&op("o")).unwrap(),
+        Some(OperationStatus::CancelledAfterSideEffect),
+        "an effect of the operation was found"
+    );
+    // Settling the other call as absent does not make it plain `cancelled`.
+    assert_eq!(
+        app.resolve_unknown(&t2.attempt_id(), abandon()).unwrap(),
+        Resolved::Cancelled
+    );
+    assert_eq!(
+        app.operation_status(&op("o")).unwrap(),
+        Some(OperationStatus::CancelledAfterSideEffect)
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Approvals and compensations from two sessions (these held)
 // ---------------------------------------------------------------------------
