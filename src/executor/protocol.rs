@@ -297,6 +297,29 @@ impl Executor {
         }
     }
 
+    /// [`Executor::or_current`] for a resolution of an unknown attempt (a
+    /// found effect, a resend, an abandon): another resolver may have
+    /// settled the call as absent meanwhile (the app's `NotFoundAbandon`),
+    /// and then the ledger refuses this one (`InvalidTransition`, nothing
+    /// sent; a found effect kept as evidence). The answer is what is stored,
+    /// not the refusal.
+    pub(super) fn or_settled(
+        &self,
+        id: &ExecutionId,
+        step: std::result::Result<Step, ledger::Error>,
+    ) -> Result<Step> {
+        match step {
+            Err(ledger::Error::InvalidTransition {
+                from:
+                    ExecutionStatus::FailedBeforeCommit
+                    | ExecutionStatus::CancelledBeforeCommit
+                    | ExecutionStatus::Rejected,
+                ..
+            }) => Ok(Step::Done(self.current_outcome(id)?)),
+            other => self.or_current(id, other),
+        }
+    }
+
     /// `Pending` for a job recorded on a running execution; what is
     /// stored when the execution had been marked unknown meanwhile (the job
     /// id is kept with it).
@@ -488,7 +511,7 @@ impl Executor {
         if let Err(ledger::Error::OperationCancelled(_)) = resolved {
             return Ok(Step::Done(self.current_outcome(&ticket.execution_id)?));
         }
-        self.or_current(
+        self.or_settled(
             &ticket.execution_id,
             resolved.map(|r| match self.after_resolution(&attempt, r) {
                 Step::Perform(mut t) => {
@@ -531,19 +554,10 @@ impl Executor {
                         },
                     )
                     .map(|r| self.after_resolution(&attempt, r));
-                match resolved {
-                    // Settled as absent meanwhile by another resolver (the
-                    // app's "not found"): the ledger kept the found result
-                    // as evidence; the answer is what is stored.
-                    Err(ledger::Error::InvalidTransition {
-                        from:
-                            ExecutionStatus::FailedBeforeCommit
-                            | ExecutionStatus::CancelledBeforeCommit
-                            | ExecutionStatus::Rejected,
-                        ..
-                    }) => Ok(Step::Done(self.current_outcome(&id)?)),
-                    other => self.or_current(&id, other),
-                }
+                // Settled as absent meanwhile by another resolver (the app's
+                // "not found"): the ledger kept the found result as
+                // evidence; the answer is what is stored.
+                self.or_settled(&id, resolved)
             }
             Ok(LookupOutcome::NotFound) => {
                 self.metrics_sink().reconciled(false);
@@ -574,7 +588,7 @@ impl Executor {
                             },
                         )
                         .map(|r| self.after_resolution(&attempt, r));
-                    return self.or_current(&id, resolved);
+                    return self.or_settled(&id, resolved);
                 }
                 Ok(Step::Done(unknown(
                     &attempt,

@@ -344,6 +344,74 @@ async fn a_found_effect_refused_because_another_resolver_said_not_found_is_kept_
     assert!(app.get(&t1.execution_id).unwrap().is_some());
 }
 
+/// An executor's lookup of an unknown call finds nothing (the request never
+/// reached the service); while it looked, the app settled the call as
+/// absent (`NotFoundAbandon`). The executor then resends under the key, as
+/// its "not found" past the window allows: the ledger refuses (the call is
+/// settled), and the executor's caller got a bare `InvalidTransition`
+/// error for a call whose stored truth is a plain failure. Nothing may be
+/// sent, and the caller must be told what is stored.
+#[tokio::test]
+async fn a_resend_after_a_not_found_meets_another_resolvers_settlement_answers_the_stored_truth() {
+    use toolledger::ledger::Resolved;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        ..Behaviour::default()
+    });
+    let inner = Arc::new(ManualClock::new(1_000_000));
+    let pay = r#"{"amount":"12.50"}"#;
+    // Session 1 lost its request before it went out: unknown all the same.
+    let first = open_with(&path, &inner);
+    let t1 = ticket(first.begin(&op("o"), 0, &spec("c1", "pay", pay)).unwrap());
+    first
+        .mark_outcome_unknown(&t1.attempt_id(), "connection reset")
+        .unwrap();
+    inner.advance(200_000);
+
+    let app = Arc::new(open_with(&path, &inner));
+    let exec = Executor::new(Arc::new(open_with(&path, &inner)), fast_config());
+    let desc = ToolDescriptor {
+        lookup: true,
+        idempotency_key: true,
+        ..ToolDescriptor::side_effect("pay", 1)
+    };
+    let tool = Arc::new(AbandonDuringLookup {
+        inner: HttpTool::new(desc, Kind::Effect, &service),
+        other: app.clone(),
+        attempt: t1.attempt_id(),
+        settled: Mutex::new(None),
+    });
+    exec.register(tool.clone()).unwrap();
+    let out = exec
+        .execute(&op("o"), 0, ToolCall::custom("c1", "pay", pay))
+        .await;
+
+    assert!(
+        matches!(
+            tool.settled.lock().unwrap().as_ref(),
+            Some(Ok(Resolved::Failed))
+        ),
+        "the app settled the call first"
+    );
+    assert_eq!(service.lookups().len(), 1);
+    assert_eq!(service.posts().len(), 0, "nothing sent");
+    let rec = app.get(&t1.execution_id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::FailedBeforeCommit);
+    assert_eq!(rec.attempt_count, 1);
+    assert!(
+        matches!(
+            out,
+            Ok(CallOutcome::Failed {
+                retryable: false,
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+}
+
 /// A job tool's request started a job downstream and its owner died before
 /// the job was recorded: unknown. The app, asking the service too early,
 /// settles the call as absent; then the job's webhook says it succeeded,
