@@ -94,7 +94,9 @@ pub(super) async fn perform_items(
                             )
                             .map(|_| ());
                         if let Err(e) = recorded {
-                            return exec.or_current(&id, Err(e));
+                            // Settled as absent meanwhile by another
+                            // resolver: the item is kept as evidence.
+                            return exec.or_settled(&id, Err(e));
                         }
                         done.insert(index);
                         continue;
@@ -146,7 +148,7 @@ pub(super) async fn perform_items(
                     return Ok(Step::Done(unknown(&ticket.attempt_id(), stop)));
                 }
                 Ok(other) => return Ok(exec.after_resolution(&ticket.attempt_id(), other)),
-                Err(e) => return exec.or_current(&id, Err(e)),
+                Err(e) => return exec.or_settled(&id, Err(e)),
             }
             unknown_state = false;
         }

@@ -108,11 +108,18 @@ impl Ledger {
                 rec.status,
                 ExecutionStatus::Executing | ExecutionStatus::OutcomeUnknown
             ) {
-                return Err(Error::InvalidTransition {
+                let refusal = Error::InvalidTransition {
                     execution_id: id.clone(),
                     from: rec.status,
                     transition: Transition::Commit,
-                });
+                };
+                if settled_without_effect(rec.status) {
+                    // An item found after the batch was settled as absent
+                    // (another resolver's "not found"): refused, and kept.
+                    self.keep_found_after_settled(dao, &rec, attempt.attempt, &carried, now)?;
+                    return Ok(Fenced::Refused(refusal));
+                }
+                return Err(refusal);
             }
             let key = id.batch_item(index).downstream_key();
             Ok(Fenced::Done(dao.insert_batch_item(

@@ -659,8 +659,9 @@ impl Ledger {
     }
 
     /// Inside a write transaction: keeps what `carried` says was found
-    /// downstream (a result, an external id) as evidence of attempt
-    /// `attempt` of `rec`, which was already settled without it (failed,
+    /// downstream (a result, an external id; a batch item's, with its index)
+    /// as evidence of attempt `attempt` of `rec`, which was already settled
+    /// without it (failed,
     /// cancelled or rejected), with a note in its log. An execution with
     /// evidence is never pruned.
     pub(super) fn keep_found_after_settled(
@@ -676,7 +677,11 @@ impl Ledger {
             &Evidence {
                 attempt,
                 session: self.session_id(),
-                kind: EvidenceKind::Commit,
+                kind: if carried.item_index.is_some() {
+                    EvidenceKind::BatchItem
+                } else {
+                    EvidenceKind::Commit
+                },
                 result_json: carried.result_json,
                 external_id: carried.external_id,
                 reason: carried.reason,

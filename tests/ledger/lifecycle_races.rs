@@ -412,6 +412,95 @@ async fn a_resend_after_a_not_found_meets_another_resolvers_settlement_answers_t
     );
 }
 
+/// Row 23's race for an independent batch: item 0 was applied downstream
+/// and the batch's outcome became unknown; while the executor's lookup of
+/// the item asks, the app settles the batch as absent. The lookup finds
+/// the item. Recording it was refused (the batch is settled) and the item
+/// dropped: no evidence, and the executor's caller got a bare
+/// `InvalidTransition`. It must be kept as evidence and the caller told the
+/// stored truth; nothing is sent.
+#[tokio::test]
+async fn a_batch_item_found_after_another_resolver_said_not_found_is_kept_as_evidence() {
+    use toolledger::ledger::Resolved;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let service = Downstream::start(Behaviour::default());
+    let inner = Arc::new(ManualClock::new(1_000_000));
+    let args = r#"{"items":[{"to":"a"},{"to":"b"}]}"#;
+    let first = open_with(&path, &inner);
+    let t1 = ticket(
+        first
+            .begin(&op("o"), 0, &spec("c1", "invite", args))
+            .unwrap(),
+    );
+    let item_key = t1.execution_id.batch_item(0).downstream_key();
+    let sent = support::downstream::request_blocking(
+        service.addr(),
+        "POST",
+        "/effects",
+        Some(item_key.as_str()),
+        r#"{"to":"a"}"#,
+        std::time::Duration::from_secs(2),
+    )
+    .unwrap();
+    assert_eq!(sent.status, 201);
+    first
+        .mark_outcome_unknown(&t1.attempt_id(), "connection reset")
+        .unwrap();
+    inner.advance(200_000);
+
+    let app = Arc::new(open_with(&path, &inner));
+    let exec = Executor::new(Arc::new(open_with(&path, &inner)), fast_config());
+    let desc = ToolDescriptor {
+        lookup: true,
+        batch: BatchMode::Independent,
+        ..ToolDescriptor::side_effect("invite", 1)
+    };
+    let tool = Arc::new(AbandonDuringLookup {
+        inner: HttpTool::new(desc, Kind::Effect, &service),
+        other: app.clone(),
+        attempt: t1.attempt_id(),
+        settled: Mutex::new(None),
+    });
+    exec.register(tool.clone()).unwrap();
+    let out = exec
+        .execute(&op("o"), 0, ToolCall::custom("c1", "invite", args))
+        .await;
+
+    assert!(
+        matches!(
+            tool.settled.lock().unwrap().as_ref(),
+            Some(Ok(Resolved::Failed))
+        ),
+        "the app settled the batch first"
+    );
+    assert_eq!(service.effects().len(), 1);
+    assert_eq!(service.posts().len(), 1, "nothing sent again");
+    let rec = app.get(&t1.execution_id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::FailedBeforeCommit);
+    let evidence = app.evidence(&t1.execution_id).unwrap();
+    assert_eq!(evidence.len(), 1, "the found item is kept; {out:?}");
+    assert_eq!(evidence[0].kind, "batch_item");
+    assert_eq!(evidence[0].attempt, 1);
+    assert_eq!(evidence[0].item_index, Some(0));
+    let found = service.effects()[0].id.clone();
+    assert_eq!(evidence[0].external_id.as_deref(), Some(found.as_str()));
+    assert!(
+        matches!(
+            out,
+            Ok(CallOutcome::Failed {
+                retryable: false,
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+    let pruned = app
+        .prune(toolledger::ledger::PruneCutoff::BeforeMs(i64::MAX), true)
+        .unwrap();
+    assert_eq!(pruned.executions, 0);
+}
+
 /// A job tool's request started a job downstream and its owner died before
 /// the job was recorded: unknown. The app, asking the service too early,
 /// settles the call as absent; then the job's webhook says it succeeded,
