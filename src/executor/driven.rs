@@ -501,13 +501,11 @@ impl Executor {
         let Some(taken) = ledger.take_over_dead_attempt(&ticket.attempt_id())? else {
             return Ok(None);
         };
-        // Settled as a lookup that found it settles it, with one
-        // difference: committed meanwhile by another reconciler (another
-        // session's lookup), the row's result is not this report's answer
-        // as if two reconcilers had sent nothing (`or_current`): this
-        // report carries an effect, perhaps another one (another external
-        // id). It goes on as a report refused would (`None`: the fence
-        // keeps it as evidence, or the commit refuses a different result).
+        // Settled as a lookup that found it settles it. Committed
+        // meanwhile by another reconciler (another session's lookup) with
+        // another result (another external id), the ledger refuses this
+        // one and keeps it as evidence (the same result keeps nothing); the
+        // answer is the stored result.
         let attempt = taken.attempt_id();
         let resolved = ledger.resolve_unknown(
             &attempt,
@@ -521,7 +519,6 @@ impl Executor {
                 self.metrics_sink().reconciled(true);
                 Ok(Some(self.after_resolution(&attempt, r)))
             }
-            Err(ledger::Error::InvalidTransition { from, .. }) if from.is_committed() => Ok(None),
             Err(e) => self.or_current(id, Err(e)).map(Some),
         }
     }

@@ -624,6 +624,15 @@ impl Ledger {
                     self.keep_found_after_settled(dao, &rec, attempt.attempt, &carried, now)?;
                     return Ok(Fenced::Refused(refusal));
                 }
+                if kind == EvidenceKind::Commit
+                    && rec.status.is_committed()
+                    && !same_effect(&rec, &carried)
+                {
+                    // Committed meanwhile by another resolver with another
+                    // result (another external id): refused, and kept.
+                    self.keep_found_after_settled(dao, &rec, attempt.attempt, &carried, now)?;
+                    return Ok(Fenced::Refused(refusal));
+                }
                 return Err(refusal);
             }
             let fence = Some((attempt, false));
@@ -661,7 +670,7 @@ impl Ledger {
     /// Inside a write transaction: keeps what `carried` says was found
     /// downstream (a result, an external id; a batch item's, with its index)
     /// as evidence of attempt `attempt` of `rec`, which was already settled
-    /// without it (failed,
+    /// without it (committed with another result, failed,
     /// cancelled or rejected), with a note in its log. An execution with
     /// evidence is never pruned.
     pub(super) fn keep_found_after_settled(
@@ -869,6 +878,13 @@ fn effect_in_operation(dao: &Dao<'_>, op: &OperationId, now: i64) -> Result<()> 
         dao.set_operation_status(op, OperationStatus::CancelledAfterSideEffect, now)?;
     }
     Ok(())
+}
+
+/// True when what `carried` found is what committed `rec` holds (the same
+/// result; the same external id, or none), as `commit_in` judges a repeat.
+fn same_effect(rec: &ExecutionRecord, carried: &Carried<'_>) -> bool {
+    rec.result_json.as_deref() == carried.result_json
+        && (carried.external_id.is_none() || rec.external_id.as_deref() == carried.external_id)
 }
 
 /// True when the operation was cancelled.

@@ -501,6 +501,67 @@ async fn a_batch_item_found_after_another_resolver_said_not_found_is_kept_as_evi
     assert_eq!(pruned.executions, 0);
 }
 
+/// Two sessions' lookups of one unknown attempt: the first finds effect A
+/// and commits it; the second finds effect B (another external id: the
+/// downstream holds a second effect, or says so). The second is refused
+/// (the call is committed), and it was dropped without a trace, its caller
+/// told A's result. B must be kept as evidence; the stored result stays A.
+/// The same finding again (A) keeps nothing.
+#[test]
+fn a_different_effect_found_for_a_call_committed_by_another_lookup_is_kept_as_evidence() {
+    use toolledger::ledger::{Resolution, Resolved};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (owner, clock) = open_at(&path);
+    let t1 = ticket(
+        owner
+            .begin(&op("o"), 0, &spec("c1", "pay", r#"{"amount":"12.50"}"#))
+            .unwrap(),
+    );
+    owner
+        .mark_outcome_unknown(&t1.attempt_id(), "connection reset")
+        .unwrap();
+    let other = open_with(&path, &clock);
+    let found = |ext: &str| Resolution::Found {
+        result_json: format!(r#"{{"paid":"{ext}"}}"#),
+        external_id: Some(ext.into()),
+    };
+    assert!(matches!(
+        owner.resolve_unknown(&t1.attempt_id(), found("pay_A")),
+        Ok(Resolved::Committed(_))
+    ));
+    let same = other.resolve_unknown(&t1.attempt_id(), found("pay_A"));
+    assert!(
+        matches!(
+            same,
+            Err(toolledger::ledger::Error::InvalidTransition {
+                from: ExecutionStatus::Committed,
+                ..
+            })
+        ),
+        "{same:?}"
+    );
+    assert_eq!(other.evidence(&t1.execution_id).unwrap().len(), 0);
+    let second = other.resolve_unknown(&t1.attempt_id(), found("pay_B"));
+    assert!(
+        matches!(
+            second,
+            Err(toolledger::ledger::Error::InvalidTransition {
+                from: ExecutionStatus::Committed,
+                ..
+            })
+        ),
+        "{second:?}"
+    );
+    let rec = other.get(&t1.execution_id).unwrap().unwrap();
+    assert_eq!(rec.external_id.as_deref(), Some("pay_A"));
+    let evidence = other.evidence(&t1.execution_id).unwrap();
+    assert_eq!(evidence.len(), 1, "the second effect is kept");
+    assert_eq!(evidence[0].kind, "commit");
+    assert_eq!(evidence[0].attempt, 1);
+    assert_eq!(evidence[0].external_id.as_deref(), Some("pay_B"));
+}
+
 /// A job tool's request started a job downstream and its owner died before
 /// the job was recorded: unknown. The app, asking the service too early,
 /// settles the call as absent; then the job's webhook says it succeeded,
