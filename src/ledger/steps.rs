@@ -814,7 +814,8 @@ impl Ledger {
     /// cancelled; no new call is begun in it and no attempt starts in it
     /// again. It becomes `cancelled_after_side_effect` as soon as any effect
     /// may exist — an execution committed (or a batch committed some items),
-    /// or one is running or has an unknown outcome; those keep their status
+    /// or one is running or has an unknown outcome, or an effect was found
+    /// for one settled as absent (kept as evidence); those keep their status
     /// and finish honestly. Undo a committed effect with
     /// [`Ledger::compensate`] in another operation (the compensation's own
     /// turn): nothing begins in a cancelled one, a compensation included.
@@ -831,7 +832,7 @@ impl Ledger {
                 effect_possible |= matches!(
                     outcome,
                     CancelOutcome::AlreadyCommitted | CancelOutcome::NotCancellable
-                );
+                ) || dao.has_effect_evidence(&rec.execution_id)?;
             }
             let status = if effect_possible {
                 OperationStatus::CancelledAfterSideEffect

@@ -838,10 +838,19 @@ fn an_effect_found_after_a_cancelled_call_was_settled_leaves_the_operation_cance
         Some(OperationStatus::CancelledAfterSideEffect),
         "an effect of the operation was found"
     );
-    // Settling the other call as absent does not make it plain `cancelled`.
+    // Settling the other call as absent does not make it plain `cancelled`,
+    // nor does cancelling the operation again.
     assert_eq!(
         app.resolve_unknown(&t2.attempt_id(), abandon()).unwrap(),
         Resolved::Cancelled
+    );
+    assert_eq!(
+        app.operation_status(&op("o")).unwrap(),
+        Some(OperationStatus::CancelledAfterSideEffect)
+    );
+    assert_eq!(
+        app.cancel_operation(&op("o")).unwrap(),
+        OperationStatus::CancelledAfterSideEffect
     );
     assert_eq!(
         app.operation_status(&op("o")).unwrap(),
