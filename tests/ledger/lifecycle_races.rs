@@ -858,6 +858,61 @@ fn an_effect_found_after_a_cancelled_call_was_settled_leaves_the_operation_cance
     );
 }
 
+/// The operation's only call settled as absent makes a cancelled operation
+/// plain `cancelled`; the payment found afterwards makes it
+/// `cancelled_after_side_effect` again (an app reading "cancelled" would
+/// think nothing needs undoing).
+#[test]
+fn an_effect_found_after_the_operation_became_plain_cancelled_marks_it_cancelled_after_side_effect()
+{
+    use toolledger::ledger::{Resolution, Resolved};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (owner, clock) = open_at(&path);
+    let t1 = ticket(
+        owner
+            .begin(&op("o"), 0, &spec("c1", "pay", r#"{"amount":"12.50"}"#))
+            .unwrap(),
+    );
+    owner
+        .mark_outcome_unknown(&t1.attempt_id(), "connection reset")
+        .unwrap();
+    let app = open_with(&path, &clock);
+    assert_eq!(
+        app.cancel_operation(&op("o")).unwrap(),
+        OperationStatus::CancelledAfterSideEffect
+    );
+    assert_eq!(
+        app.resolve_unknown(
+            &t1.attempt_id(),
+            Resolution::NotFoundAbandon {
+                reason: "the user saw no payment".into(),
+            },
+        )
+        .unwrap(),
+        Resolved::Cancelled
+    );
+    assert_eq!(
+        app.operation_status(&op("o")).unwrap(),
+        Some(OperationStatus::Cancelled),
+        "nothing could have happened, as far as was known"
+    );
+    let late = owner.resolve_unknown(
+        &t1.attempt_id(),
+        Resolution::Found {
+            result_json: r#"{"paid":"pay_1"}"#.into(),
+            external_id: Some("pay_1".into()),
+        },
+    );
+    assert!(late.is_err(), "{late:?}");
+    assert_eq!(app.evidence(&t1.execution_id).unwrap().len(), 1);
+    assert_eq!(
+        app.operation_status(&op("o")).unwrap(),
+        Some(OperationStatus::CancelledAfterSideEffect),
+        "the found payment is an effect of the operation"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Approvals and compensations from two sessions (these held)
 // ---------------------------------------------------------------------------
