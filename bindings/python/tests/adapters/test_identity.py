@@ -288,3 +288,67 @@ def test_mcp_call_keeps_the_apps_own_meta_and_sets_the_ledgers_entries(runtime):
     key = runtime.ledger.get(done.execution_id).downstream_key
     assert seen == [{"app/trace": "t-1", META_EXECUTION_ID: done.execution_id, META_IDEMPOTENCY_KEY: key}]
     assert app_meta == {"app/trace": "t-1", META_EXECUTION_ID: "not-the-ledgers"}, "the app's dict is left as it was"
+
+
+def test_openai_agents_a_run_resumed_from_its_state_asks_the_model_for_the_next_turn(runtime):
+    # Human in the loop: a tool with needs_approval interrupts the run at
+    # turn 1; the app approves and resumes from the RunState. The resumed
+    # run is at the SDK's turn 1, so its next model call is turn 2: it must
+    # not get turn 1's recorded response back (its message would become the
+    # run's final answer, and the model would never see the tool's output).
+    from agents import Agent, function_tool, set_tracing_disabled
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from agents.usage import Usage
+    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+    from toolledger.adapters.openai_agents import AgentsLedger
+
+    set_tracing_disabled(True)
+    effects, model_calls = [], []
+
+    def message(text):
+        return ResponseOutputMessage(id="m", type="message", role="assistant", status="completed",
+                                     content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
+
+    class Scripted(Model):
+        async def get_response(self, system_instructions, input, *args, **kwargs):
+            model_calls.append(1)
+            if isinstance(input, list) and input[-1].get("type") == "function_call_output":
+                return ModelResponse(output=[message("done")], usage=Usage(), response_id=None)
+            return ModelResponse(output=[message("sending it"), ResponseFunctionToolCall(
+                type="function_call", call_id=f"call_{uuid.uuid4().hex[:8]}", name="send_email",
+                arguments='{"to":"a@example.com"}', status="completed")], usage=Usage(), response_id=None)
+
+        def stream_response(self, *args, **kwargs):
+            raise NotImplementedError
+
+    @function_tool(failure_error_function=None, needs_approval=True)
+    def send_email(to: str) -> str:
+        """Sends an email."""
+        effects.append(current_call().execution_id)
+        return "sent"
+
+    agents = AgentsLedger(runtime)
+    agent = Agent(name="mailer", model=agents.model(Scripted()),
+                  tools=[agents.tool(send_email, downstream=Downstream.NEITHER)])
+
+    async def main():
+        paused = await agents.run(agent, "go", run_id="conv:hitl")
+        assert len(paused.interruptions) == 1 and effects == []
+        state = paused.to_state()
+        state.approve(paused.interruptions[0])
+        return await agents.run(agent, state, run_id="conv:hitl")
+
+    resumed = asyncio.run(main())
+    assert resumed.final_output == "done", "the resumed run was handed turn 1's response again"
+    assert len(model_calls) == 2, "the model was asked for the turn after the tool's output"
+    assert len(effects) == 1
+    # The tool ran under the turn whose response asked for it (as a run
+    # without the pause names it), and that turn's response was asked once.
+    assert ":round_1:" in effects[0]
+    stored = sorted(e.execution_id for e in runtime.ledger.list("openai-agents:conv:hitl"))
+    assert [s for s in stored if "model_response" in s] == [
+        "openai-agents%3Aconv%3Ahitl:round_1:model:toolledger.model_response:v1",
+        "openai-agents%3Aconv%3Ahitl:round_2:model:toolledger.model_response:v1",
+    ]

@@ -18,7 +18,8 @@ Identity. A call's execution is ``(run id, turn, tool-call id)``:
   answered (``run_id=``, stable across a resume: a conversation id and the
   index of the user message, say). A regenerated answer is a new run id;
 * round = the turn (1 for the first model response of the run, counted by
-  the wrapped model);
+  the wrapped model; a run resumed from its ``RunState``, after an approval,
+  goes on from the state's turn, as the SDK does);
 * call id = the model's ``call_id`` (``ToolContext.tool_call_id``).
 
 Why the model is wrapped too. The SDK's session keeps the user's input when
@@ -53,6 +54,7 @@ from typing import Any, Callable, Optional
 from agents import FunctionTool, Runner
 from agents.items import ModelResponse
 from agents.models.interface import Model
+from agents.run_state import RunState
 from agents.usage import Usage
 from openai.types.responses import ResponseOutputItem
 from pydantic import TypeAdapter
@@ -219,7 +221,12 @@ class AgentsLedger:
         :meth:`agent_tool`: its nested run would ask for the calling run's
         model responses (two such tools in one turn would get one response)."""
         _check_nested_runs(agent, set())
-        token = _SCOPE.set(_RunScope(run_id=run_id))
+        # A run resumed from its ``RunState`` (after an approval) goes on at
+        # the SDK's turn: its tools run under the turn whose response asked
+        # for them and its next model call is the next turn, not turn 1 again
+        # (whose recorded response would be handed back as new).
+        turn = input._current_turn if isinstance(input, RunState) else 0
+        token = _SCOPE.set(_RunScope(run_id=run_id, turn=turn))
         try:
             return await Runner.run(agent, input, **kwargs)
         except Exception as exc:
