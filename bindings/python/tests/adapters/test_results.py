@@ -184,3 +184,83 @@ def test_openai_agents_fresh_and_replayed_outputs_are_equal(runtime, returned, e
     assert type(first) is type(again) is type(expected)
     stored = runtime.ledger.list("openai-agents:r")[0]
     assert json.loads(runtime.ledger.get(stored.execution_id).result_json) == expected
+
+
+def _deep(depth):
+    value = "bottom"
+    for _ in range(depth):
+        value = {"d": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "content, artifact",
+    [("sent \ud83d", None),  # a lone surrogate: half an emoji, as a string cut in UTF-16 gives
+     ("sent", {"ratio": float("inf")}),  # what json writes as Infinity
+     ("sent", _deep(80))],  # nested deeper than the ledger's JSON limit (64)
+    ids=["lone-surrogate", "infinity", "deep"],
+)
+def test_langgraph_a_result_the_ledger_keeps_as_text_is_handed_back_fresh_and_replayed(runtime, content, artifact):
+    # The library stores a result text that is not JSON by its rules as a
+    # JSON string of that text (the effect is committed all the same); the
+    # adapter must read it back, not fail on it after the effect.
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import tool
+
+    from toolledger.adapters.langgraph import ledger_tool
+
+    effects = []
+
+    @tool(response_format="content_and_artifact")
+    def send_email(to: str) -> tuple:
+        """Sends an email."""
+        effects.append(current_call().downstream_key)
+        return content, artifact
+
+    send = ledger_tool(send_email, runtime, downstream=Downstream.NEITHER)
+    first = send.invoke(_tool_call(), _config())
+    again = send.invoke(_tool_call(), _config())
+    assert len(effects) == 1
+    assert [e.status for e in runtime.ledger.list("langgraph:t")] in (
+        [tl.ExecutionStatus.COMMITTED], [tl.ExecutionStatus.RESULT_DELIVERED])
+    for message in (first, again):
+        assert type(message) is ToolMessage
+        assert (message.content, message.artifact, message.status) == (content, artifact, "success")
+        assert message.tool_call_id == "call_1"
+
+
+def test_mcp_a_result_the_ledger_keeps_as_text_is_handed_back_fresh_and_replayed(runtime):
+    from mcp.client._memory import InMemoryTransport
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import CallToolResult, TextContent
+
+    from toolledger.adapters.mcp import MCPLedger
+
+    server = MCPServer("mail")
+    sent = []
+
+    @server.tool()
+    def send_email(to: str) -> CallToolResult:
+        """Sends an email; its receipt is nested deeper than the ledger's JSON limit."""
+        sent.append(to)
+        return CallToolResult(content=[TextContent(type="text", text="sent")],
+                              structured_content={"receipt": _deep(80)})
+
+    ledger_mcp = MCPLedger(runtime, server="mail")
+    ledger_mcp.tool("send_email", downstream=Downstream.NEITHER)
+
+    async def main():
+        async with InMemoryTransport(server) as (read, write):
+            async with ledger_mcp.session(read, write) as session:
+                await session.initialize()
+                ids = dict(operation_id="conv:deep", round=0, call_id="call_1")
+                first = await ledger_mcp.call_tool(session, "send_email", {"to": "a"}, **ids)
+                again = await ledger_mcp.call_tool(session, "send_email", {"to": "a"}, **ids)
+                return first, again
+
+    first, again = asyncio.run(asyncio.wait_for(main(), 60))
+    assert sent == ["a"]
+    assert not first.replayed and again.replayed
+    assert again.result == first.result
+    assert first.result.structured_content == {"receipt": _deep(80)}
+    assert first.jsonrpc_id is not None and again.jsonrpc_id == first.jsonrpc_id

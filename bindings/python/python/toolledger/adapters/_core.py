@@ -222,6 +222,18 @@ def _too_large(stored: Any) -> bool:
     return type(stored) is dict and stored.get("toolledger_error") == _TOO_LARGE
 
 
+def _recorded_text(result_json: str) -> str:
+    """The JSON text an adapter recorded for a result whose stored form is
+    always an object (LangGraph's and MCP's). The library keeps a recorded
+    text that is not JSON by its rules (the escape of a lone surrogate,
+    ``NaN`` or ``Infinity``, nesting past its depth limit) as a JSON string
+    of that text, so such a result comes back as a string: the recorded text
+    is inside, and Python's ``json`` reads it."""
+    if result_json[:1] == '"':
+        return json.loads(result_json)
+    return result_json
+
+
 class _JsonText(str):
     """A tool's value already serialised to JSON text by the adapter (which
     keeps the text, to recognise its own result in the call's outcome):

@@ -54,7 +54,9 @@ from langgraph.errors import GraphInterrupt
 from langgraph.types import Command
 
 from .. import _driven
-from ._core import Downstream, LedgerRuntime, ToolSpec, _json, _JsonText, _too_large, current_call  # noqa: F401
+from ._core import (  # noqa: F401
+    Downstream, LedgerRuntime, ToolSpec, _json, _JsonText, _recorded_text, _too_large, current_call,
+)
 
 # `interrupt()` inside a tool raises through it: LangGraph's human-in-the-loop
 # pause, not the tool failing after its effect. Recorded as not committed
@@ -202,13 +204,14 @@ class LedgerTool(BaseTool):
         # committed exactly its text (what the graph gets without the
         # ledger); otherwise — a replay, another attempt's result — the
         # message is made from what the ledger stored.
-        if produced and not done.replayed and done.result_json == produced[0]:
+        text = _recorded_text(done.result_json)
+        if produced and not done.replayed and text == produced[0]:
             output = produced[1]
             if type(output) is ToolMessage and output.tool_call_id == call_id and output.name == self.name:
                 return output
             if type(output) is Command:
                 return output
-        stored = json.loads(done.result_json)
+        stored = json.loads(text)
         if _too_large(stored):
             if produced and not done.replayed:
                 # This call ran the tool: its own output, which the ledger could not keep.

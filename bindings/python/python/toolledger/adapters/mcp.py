@@ -45,7 +45,9 @@ from mcp import ClientSession
 from mcp.types import CallToolResult, TextContent
 
 from ..outcomes import redacted_repr
-from ._core import _CURRENT, Downstream, LedgerRuntime, ToolSpec, _json, _JsonText, _too_large, current_call  # noqa: F401
+from ._core import (  # noqa: F401
+    _CURRENT, Downstream, LedgerRuntime, ToolSpec, _json, _JsonText, _recorded_text, _too_large, current_call,
+)
 
 TESTED_VERSIONS = {"mcp": "2.3.0"}
 
@@ -212,9 +214,10 @@ class MCPLedger:
         done = await self.runtime.acall(
             operation_id, round, call_id, spec_name, json.dumps(arguments), body
         )
-        if produced is not None and not done.replayed and done.result_json == produced[0]:
+        text = _recorded_text(done.result_json)
+        if produced is not None and not done.replayed and text == produced[0]:
             return _tool_result(produced[1], done.execution_id, False, produced[2])
-        stored = json.loads(done.result_json)
+        stored = json.loads(text)
         if _too_large(stored):
             if produced is not None and not done.replayed:
                 # This call's own result, which the ledger could not keep.
