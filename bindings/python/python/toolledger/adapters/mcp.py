@@ -124,12 +124,32 @@ class MCPLedger:
         version: int = 1,
         landing_window_ms: Optional[int] = None,
     ) -> None:
-        """Declares a side-effecting tool of this server (once per name).
+        """Declares a side-effecting tool of this server.
         ``lookup(args, call)`` (async) finds an effect made under
         ``call.downstream_key`` — usually by calling a lookup tool of the
         server on the session — and returns a ``CallToolResult`` to hand
         back as the call's result, or None when there is none. It runs in
-        the task that called ``call_tool``, so it can use the session."""
+        the task that called ``call_tool``, so it can use the session.
+
+        Declaring the tool again (in each new session's block) is fine:
+        the latest ``lookup`` is the one used (on the latest session). A
+        declaration with another ``downstream``, ``version`` or
+        ``landing_window_ms`` raises ``ValueError``: the first one's would
+        go on deciding whether the call is resent."""
+        spec_name = self.ledger_name(name)
+        lookups = self.runtime._mcp_lookups = getattr(self.runtime, "_mcp_lookups", {})
+        if self.runtime.registered(spec_name):
+            spec = self.runtime._specs[spec_name]
+            declared = (spec.downstream, spec.version, spec.landing_window_ms)
+            if declared != (downstream, version, landing_window_ms):
+                raise ValueError(
+                    f"tool {name!r} of MCP server {self.server!r} is already declared with downstream="
+                    f"{spec.downstream}, version={spec.version}, landing_window_ms={spec.landing_window_ms}"
+                )
+            if downstream is Downstream.LOOKUP and lookup is None:
+                raise ValueError(f"tool {spec_name!r}: Downstream.LOOKUP needs a lookup function")
+            lookups[spec_name] = lookup
+            return
 
         def run_detached(args: dict) -> Any:
             raise RuntimeError(
@@ -137,14 +157,11 @@ class MCPLedger:
             )
 
         async def stored_lookup(args: dict, call: Any) -> Any:
-            found = await lookup(args, call)
+            found = await lookups[spec_name](args, call)  # the latest declaration's
             if found is None:
                 return None
             return {"result": found.model_dump(mode="json", by_alias=True, exclude_none=True), "jsonrpc_id": None}
 
-        spec_name = self.ledger_name(name)
-        if self.runtime.registered(spec_name):
-            return
         self.runtime.register(
             ToolSpec(
                 name=spec_name,
@@ -155,6 +172,7 @@ class MCPLedger:
                 landing_window_ms=landing_window_ms,
             )
         )
+        lookups[spec_name] = lookup
 
     async def call_tool(
         self,
