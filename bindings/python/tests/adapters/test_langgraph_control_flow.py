@@ -148,3 +148,119 @@ def test_langgraph_tool_returning_command_replays_it(runtime):
     assert isinstance(again, Command) and again.update["sent"] == 1
     assert again.update["messages"][0].content == "sent" == first.update["messages"][0].content
     assert again.update["messages"][0].tool_call_id == "call_1"
+
+
+def _two_calls_app(runtime, effects):
+    # One model response with two calls: send_email (no pause) and book
+    # (asks a human first, with interrupt()). ToolNode runs both in one task.
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+    from langgraph.types import interrupt
+
+    from toolledger.adapters.langgraph import ledger_tool
+
+    @tool
+    def send_email(to: str) -> str:
+        """Sends an email."""
+        effects.append(("send_email", current_call().execution_id))
+        return "sent"
+
+    @tool
+    def book(what: str) -> str:
+        """Books, once a human approved."""
+        answer = interrupt({"approve": what})
+        effects.append(("book", current_call().execution_id))
+        return f"booked {what}: {answer}"
+
+    def model(state):
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage(content="done")]}
+        return {"messages": [AIMessage(content="", tool_calls=[
+            {"name": "send_email", "args": {"to": "a@example.com"}, "id": "call_1"},
+            {"name": "book", "args": {"what": "x"}, "id": "call_2"}])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", model)
+    graph.add_node("tools", ToolNode([ledger_tool(send_email, runtime, downstream=Downstream.NEITHER),
+                                      ledger_tool(book, runtime, downstream=Downstream.NEITHER)]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    return graph.compile(checkpointer=InMemorySaver())
+
+
+def test_a_state_edit_during_a_pause_does_not_run_a_committed_call_again(runtime):
+    # LangGraph's review-and-edit pattern: while `book` waits for the human,
+    # the app edits the model's message (here `book`'s arguments) with
+    # update_state(as_node="model") and resumes. The edit makes a new
+    # checkpoint, so the tools node runs one step later: `send_email`, which
+    # committed before the pause, is the same call and must not be sent again.
+    from langchain_core.messages import AIMessage
+    from langgraph.types import Command
+
+    effects = []
+    app = _two_calls_app(runtime, effects)
+    config = {"configurable": {"thread_id": "t"}}
+    paused = app.invoke({"messages": [("user", "go")]}, config)
+    assert "__interrupt__" in paused and [name for name, _ in effects] == ["send_email"]
+    message = app.get_state(config).values["messages"][-1]
+    edited = AIMessage(content="", id=message.id, tool_calls=[
+        message.tool_calls[0], {**message.tool_calls[1], "args": {"what": "y"}}])
+    app.update_state(config, {"messages": [edited]}, as_node="model")
+    out = app.invoke(Command(resume="yes"), config)
+    assert out["messages"][-1].content == "done"
+    assert [name for name, _ in effects] == ["send_email", "book"], effects
+    sent = [m.content for m in out["messages"] if getattr(m, "name", None) == "send_email"]
+    assert sent == ["sent"]
+    assert [m.content for m in out["messages"] if getattr(m, "name", None) == "book"] == ["booked y: yes"]
+
+
+def test_a_fork_from_before_the_tools_ran_does_not_run_them_again(runtime):
+    # Time travel: the graph ran to the end; the app goes back to the
+    # checkpoint where the tools were next, replays it, then forks from it
+    # (update_state on it makes the fork, one step later) and runs the fork.
+    # The model's message is the same one: its call is replayed, not sent
+    # again.
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from toolledger.adapters.langgraph import ledger_tool
+
+    effects = []
+
+    @tool
+    def send_email(to: str) -> str:
+        """Sends an email."""
+        effects.append(current_call().execution_id)
+        return "sent"
+
+    def model(state):
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage(content="done")]}
+        return {"messages": [AIMessage(content="", tool_calls=[
+            {"name": "send_email", "args": {"to": "a@example.com"}, "id": "call_1"}])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", model)
+    graph.add_node("tools", ToolNode([ledger_tool(send_email, runtime, downstream=Downstream.NEITHER)]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    app = graph.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    app.invoke({"messages": [("user", "go")]}, config)
+    assert len(effects) == 1
+    before_tools = next(s for s in app.get_state_history(config) if s.next == ("tools",))
+    replayed = app.invoke(None, before_tools.config)
+    assert replayed["messages"][-1].content == "done"
+    fork = app.update_state(before_tools.config, {"messages": []}, as_node="model")
+    forked = app.invoke(None, fork)
+    assert forked["messages"][-1].content == "done"
+    assert [m.content for m in forked["messages"] if isinstance(m, ToolMessage)] == ["sent"]
+    assert len(effects) == 1, effects

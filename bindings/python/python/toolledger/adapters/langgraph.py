@@ -9,22 +9,31 @@ Tested with ``langgraph`` 1.2.22 (``langgraph-prebuilt`` 1.1.3,
     send = ledger_tool(send_email, runtime, downstream=Downstream.KEY)
     graph.add_node("tools", ToolNode([send]))                     # instead of [send_email]
 
-Identity. A call's execution is ``(thread, step, tool-call id)``:
+Identity. A call's execution is ``(thread, model message, tool-call id,
+arguments)``:
 
 * operation = ``langgraph:<thread_id>`` (with the parent graph's namespace
   for a tool called inside a subgraph);
-* round = the graph's step (``langgraph_step``);
-* call id = the model's tool-call id.
+* round = 0, and call id = ``<tool-call id>@<message id>@<digest>``: the id
+  of the ``AIMessage`` in the graph's ``messages`` state that holds the call
+  (``add_messages`` gives every message one) and the first 16 hex digits of
+  the SHA-256 of the model's arguments;
+* outside a graph (the tool invoked by hand with a ``langgraph_step``), or
+  with no ``messages`` state holding the call: round = the graph's step
+  (``langgraph_step``), call id = the model's tool-call id.
 
 A graph resumed from its checkpointer (``graph.invoke(None, config)`` after a
-crash) runs the tools node again at the same step with the same
-``AIMessage``: same identity, so a committed call is replayed and one left
-running by the dead process is reconciled (resent under the same key, looked
-up, or raised as :class:`OutcomeUnknown`). A retry of the node
-(``RetryPolicy``) is the same execution too. A regenerated model turn gets
-new tool-call ids from the model, hence new executions: it runs again, as it
-should. A model that reuses tool-call ids across different responses breaks
-this rule (the second response would get the first one's result).
+crash) runs the tools node again with the same ``AIMessage``: same
+identity, so a committed call is replayed and one left running by the dead
+process is reconciled (resent under the same key, looked up, or raised as
+:class:`OutcomeUnknown`). A retry of the node (``RetryPolicy``) is the same
+execution too, and so are the calls of a message the tools node runs again
+at a later step: after ``update_state`` while a tool waits in
+``interrupt()``, or in a fork from an earlier checkpoint (time travel). The
+step would have named them anew and sent them again. A call whose
+arguments were edited in the state is another call (it runs). A regenerated
+model turn is a new ``AIMessage`` with new tool-call ids, hence new
+executions: it runs again, as it should.
 
 The tool's own code reads ``current_call().downstream_key`` and sends it as
 the idempotency key (``Downstream.KEY``) or reference (``Downstream.LOOKUP``,
@@ -41,15 +50,17 @@ handling re-raises it): nothing is resent.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Callable, Optional
 
-from langchain_core.messages import BaseMessage, ToolMessage, messages_from_dict, messages_to_dict
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict, messages_to_dict
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.runnables.config import CONFIG_KEYS
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, PrivateAttr
 
+from langgraph._internal._constants import CONFIG_KEY_READ
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Command
 
@@ -71,6 +82,9 @@ if GraphInterrupt not in _driven.CONTROL_FLOW:
 TESTED_VERSIONS = {"langgraph": "1.2.22", "langchain-core": "1.8.1", "langgraph-prebuilt": "1.1.3"}
 
 _CONFIG_KEYS = frozenset(CONFIG_KEYS)
+
+# The state key ToolNode reads the model's message from by default.
+_MESSAGES_KEY = "messages"
 
 # ``json.dumps(value, sort_keys=True)`` with one encoder built once: the
 # same text (a call's arguments as part of its identity).
@@ -151,7 +165,17 @@ class LedgerTool(BaseTool):
         namespace = str(configurable.get("checkpoint_ns") or "")
         parent = namespace.rsplit("|", 1)[0] if "|" in namespace else ""
         operation = f"langgraph:{thread_id}" + (f"|{parent}" if parent else "")
-        return operation, int(step), str(call_id), self._arguments(call.get("args") or {})
+        arguments = self._arguments(call.get("args") or {})
+        response = _model_response_id(configurable, str(call_id))
+        if response is not None:
+            # The model's message names the call, not the step: the same
+            # message after a resume, an edit of the state or a fork (which
+            # run the tools node at a later step), a new one for a
+            # regenerated turn. With the arguments' digest: a call whose
+            # arguments the app edited in the state is another call.
+            digest = hashlib.sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+            return operation, 0, f"{call_id}@{response}@{digest}", arguments
+        return operation, int(step), str(call_id), arguments
 
     def _arguments(self, args: dict) -> str:
         # What the model sent: injected arguments (state, store, runtime) are
@@ -245,6 +269,29 @@ def _recorded(output: Any, call_id: str, produced: list) -> Any:
         return stored
     produced[:] = [text, output]
     return text
+
+
+def _model_response_id(configurable: dict, call_id: str) -> Optional[str]:
+    """The id of the model's message (``AIMessage``) in the graph's
+    ``messages`` state that holds the tool call ``call_id``, read the way
+    ``ToolNode`` reads a graph's state (the task's ``CONFIG_KEY_READ``); None
+    outside a graph, without a ``messages`` channel or when no message with
+    an id holds the call."""
+    read = configurable.get(CONFIG_KEY_READ)
+    if read is None:
+        return None
+    try:
+        messages = read(_MESSAGES_KEY)
+    except Exception:  # noqa: BLE001 - no such channel: the step names the round
+        return None
+    if not isinstance(messages, (list, tuple)):
+        return None
+    for message in reversed(messages):
+        if isinstance(message, AIMessage) and message.id:
+            for tool_call in message.tool_calls:
+                if tool_call.get("id") == call_id:
+                    return str(message.id)
+    return None
 
 
 def _identity_sources(config: Optional[RunnableConfig]) -> tuple[dict, dict]:
