@@ -171,3 +171,23 @@ def test_agents_an_agent_tool_also_recorded_with_agents_tool_is_not_refused(runt
     sent, result, stored = _two_sub_agents(
         runtime, lambda agents, t: agents.tool(agents.agent_tool(t), downstream=Downstream.KEY))
     assert not isinstance(result, ValueError), f"{type(result).__name__}: {result}"
+
+
+def test_agents_model_takes_a_model_name_as_agent_does(runtime, monkeypatch):
+    # `Agent(model="gpt-4.1")` is the SDK's usual form, so the README's
+    # `agents.model(model)` gets a name as often as a Model. A name was kept
+    # as it was and the run failed at its first model call with
+    # AttributeError ('str' object has no attribute 'get_response'). It is
+    # resolved as the SDK resolves an agent's model name; anything else is
+    # refused at once.
+    from agents.models.interface import Model
+
+    from toolledger.adapters.openai_agents import AgentsLedger
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")  # no request is made
+    agents = AgentsLedger(runtime)
+    wrapped = agents.model("gpt-4.1")
+    assert isinstance(wrapped, Model) and isinstance(wrapped.inner, Model)
+    assert getattr(wrapped.inner, "model", None) == "gpt-4.1"
+    with pytest.raises(TypeError, match="Model"):
+        agents.model(42)

@@ -203,9 +203,20 @@ class AgentsLedger:
 
     # -- the model ----------------------------------------------------------
 
-    def model(self, model: Model) -> Model:
+    def model(self, model: "Model | str", *, provider: Any = None) -> Model:
         """``model``, with each response kept in the ledger (see the module
-        docs)."""
+        docs). A model name (what ``Agent(model="gpt-4.1")`` takes) is made
+        a model the way the SDK makes an agent's: by ``provider``'s
+        ``get_model`` (by default the SDK's ``MultiProvider``, what
+        ``RunConfig.model_provider`` defaults to)."""
+        if isinstance(model, str):
+            if provider is None:
+                from agents.models.multi_provider import MultiProvider
+
+                provider = MultiProvider()
+            model = provider.get_model(model)
+        if not isinstance(model, Model):
+            raise TypeError(f"AgentsLedger.model(): a Model or a model name, not {type(model).__name__}")
         return _LedgerModel(model, self)
 
     # -- runs -----------------------------------------------------------------
