@@ -198,7 +198,7 @@ def test_a_state_edit_during_a_pause_does_not_run_a_committed_call_again(runtime
     # update_state(as_node="model") and resumes. The edit makes a new
     # checkpoint, so the tools node runs one step later: `send_email`, which
     # committed before the pause, is the same call and must not be sent again.
-    from langchain_core.messages import AIMessage
+    from langchain_core.messages import AIMessage, ToolMessage
     from langgraph.types import Command
 
     effects = []
@@ -213,9 +213,8 @@ def test_a_state_edit_during_a_pause_does_not_run_a_committed_call_again(runtime
     out = app.invoke(Command(resume="yes"), config)
     assert out["messages"][-1].content == "done"
     assert [name for name, _ in effects] == ["send_email", "book"], effects
-    sent = [m.content for m in out["messages"] if getattr(m, "name", None) == "send_email"]
-    assert sent == ["sent"]
-    assert [m.content for m in out["messages"] if getattr(m, "name", None) == "book"] == ["booked y: yes"]
+    answers = [(m.name, m.tool_call_id, m.content) for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert answers == [("send_email", "call_1", "sent"), ("book", "call_2", "booked y: yes")]
 
 
 def test_a_fork_from_before_the_tools_ran_does_not_run_them_again(runtime):
@@ -262,5 +261,69 @@ def test_a_fork_from_before_the_tools_ran_does_not_run_them_again(runtime):
     fork = app.update_state(before_tools.config, {"messages": []}, as_node="model")
     forked = app.invoke(None, fork)
     assert forked["messages"][-1].content == "done"
-    assert [m.content for m in forked["messages"] if isinstance(m, ToolMessage)] == ["sent"]
+    assert [(m.tool_call_id, m.content) for m in forked["messages"] if isinstance(m, ToolMessage)] == [
+        ("call_1", "sent")]
     assert len(effects) == 1, effects
+
+
+def test_parallel_calls_sent_one_task_each_keep_their_ids_and_replay_in_a_fork(runtime):
+    # The prebuilt agent (version="v2") sends each tool call of a message to
+    # the tools node as its own task (`Send`). Each gets its own execution,
+    # the ToolMessages answer the model's ids (a chat model refuses a
+    # history where they do not), and a fork from before the tools replays
+    # both.
+    import uuid
+    import warnings
+
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from toolledger.adapters.langgraph import ledger_tool
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from langgraph.prebuilt import create_react_agent
+
+    class Scripted(BaseChatModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            if isinstance(messages[-1], ToolMessage):
+                message = AIMessage(content="done")
+            else:
+                message = AIMessage(content="", tool_calls=[
+                    {"name": "send_email", "args": {"to": to}, "id": f"call_{uuid.uuid4().hex[:8]}"}
+                    for to in ("a", "b")])
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+        @property
+        def _llm_type(self):
+            return "scripted"
+
+    effects = []
+
+    @tool
+    def send_email(to: str) -> str:
+        """Sends an email."""
+        effects.append(to)
+        return f"sent {to}"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        agent = create_react_agent(Scripted(), [ledger_tool(send_email, runtime, downstream=Downstream.NEITHER)],
+                                   checkpointer=InMemorySaver(), version="v2")
+    config = {"configurable": {"thread_id": "t"}}
+    out = agent.invoke({"messages": [("user", "go")]}, config)
+    asked = out["messages"][1].tool_calls
+    answers = {m.tool_call_id: m.content for m in out["messages"] if isinstance(m, ToolMessage)}
+    assert answers == {asked[0]["id"]: "sent a", asked[1]["id"]: "sent b"}
+    assert out["messages"][-1].content == "done" and sorted(effects) == ["a", "b"]
+    assert len(runtime.ledger.list("langgraph:t")) == 2
+    before_tools = next(s for s in agent.get_state_history(config) if s.next and s.next[0] == "tools")
+    forked = agent.invoke(None, before_tools.config)
+    assert forked["messages"][-1].content == "done"
+    assert sorted(effects) == ["a", "b"], "the fork sent again"

@@ -196,26 +196,28 @@ class LedgerTool(BaseTool):
 
     def invoke(self, input: Any, config: Optional[RunnableConfig] = None, **kwargs: Any) -> Any:
         call = self._as_call(input)
-        operation, step, call_id, arguments = self._identity(call, config)
+        operation, step, ledger_call_id, arguments = self._identity(call, config)
+        call_id = str(call["id"])  # the model's: what the ToolMessage answers
         produced: list = []
 
         def body():
             output = self.inner.invoke(input, config, **kwargs)
             return _recorded(output, call_id, produced)
 
-        done = self.runtime.call(operation, step, call_id, self.name, arguments, body)
+        done = self.runtime.call(operation, step, ledger_call_id, self.name, arguments, body)
         return self._message(done, call_id, produced)
 
     async def ainvoke(self, input: Any, config: Optional[RunnableConfig] = None, **kwargs: Any) -> Any:
         call = self._as_call(input)
-        operation, step, call_id, arguments = self._identity(call, config)
+        operation, step, ledger_call_id, arguments = self._identity(call, config)
+        call_id = str(call["id"])  # the model's: what the ToolMessage answers
         produced: list = []
 
         async def body():
             output = await self.inner.ainvoke(input, config, **kwargs)
             return _recorded(output, call_id, produced)
 
-        done = await self.runtime.acall(operation, step, call_id, self.name, arguments, body)
+        done = await self.runtime.acall(operation, step, ledger_call_id, self.name, arguments, body)
         return self._message(done, call_id, produced)
 
     def _as_call(self, input: Any) -> dict:
