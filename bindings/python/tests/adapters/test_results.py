@@ -264,3 +264,42 @@ def test_mcp_a_result_the_ledger_keeps_as_text_is_handed_back_fresh_and_replayed
     assert again.result == first.result
     assert first.result.structured_content == {"receipt": _deep(80)}
     assert first.jsonrpc_id is not None and again.jsonrpc_id == first.jsonrpc_id
+
+
+@pytest.mark.parametrize(
+    "returned",
+    ["sent \ud83d", {"note": "half an emoji \udc00"}, [1.5, float("inf")], _deep(80)],
+    ids=["lone-surrogate", "surrogate-in-dict", "infinity-in-list", "deep"],
+)
+def test_openai_agents_an_output_the_ledger_keeps_as_text_is_handed_back_as_it_was(runtime, returned):
+    # The library keeps a recorded text that is not JSON by its rules as a
+    # JSON string of that text. The run got that JSON text (quotes and
+    # escapes, '"sent \\ud83d"') in place of the tool's output, fresh and
+    # replayed.
+    from agents import function_tool
+    from agents.tool_context import ToolContext
+
+    from toolledger.adapters import openai_agents as oa
+
+    effects = []
+
+    @function_tool(failure_error_function=None)
+    def send(to: str):
+        """Sends."""
+        effects.append(current_call().downstream_key)
+        return returned
+
+    wrapped = oa.AgentsLedger(runtime).tool(send, downstream=Downstream.NEITHER)
+
+    async def main():
+        oa._SCOPE.set(oa._RunScope(run_id="r", turn=1))
+        out = []
+        for _ in range(2):
+            ctx = ToolContext(context=None, tool_name="send", tool_call_id="call_1", tool_arguments='{"to":"a"}')
+            out.append(await wrapped.on_invoke_tool(ctx, '{"to":"a"}'))
+        return out
+
+    first, again = asyncio.run(main())
+    assert len(effects) == 1
+    assert first == returned and again == returned
+    assert type(first) is type(again) is type(returned)

@@ -166,6 +166,11 @@ class AgentsLedger:
             if produced and not done.replayed and done.result_json == produced[0]:
                 return produced[1]
             stored = json.loads(done.result_json)
+            kept = _kept_as_text(stored)
+            if kept is not _NOT_KEPT:
+                if produced and not done.replayed and stored == produced[0]:
+                    return produced[1]
+                return kept
             if _too_large(stored):
                 if raw and not done.replayed:
                     # This call's own output, which the ledger could not keep.
@@ -312,6 +317,47 @@ def _stored_output(output: Any) -> Any:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+
+_NOT_KEPT = object()
+_MAX_DEPTH = 64  # the library's default JsonLimits.max_depth
+
+
+def _kept_as_text(stored: Any) -> Any:
+    """The output whose recorded JSON text the library kept as a JSON
+    string of that text (it keeps so a text that is not JSON by its rules:
+    the escape of a lone surrogate, ``Infinity``/``NaN``, nesting deeper than
+    its limit), or ``_NOT_KEPT``. A string is taken for such a text only when
+    it is exactly what the adapter writes for a value the library refuses,
+    which no tool's own string output is but by contrivance; a bare
+    ``NaN``/``Infinity`` stays the string it reads as (the tool's string
+    ``"NaN"`` is stored the same way)."""
+    if type(stored) is not str or stored[:1] not in ('"', "[", "{"):
+        return _NOT_KEPT
+    try:
+        value = json.loads(stored)
+        if not _refused_by_the_ledger(value, 0) or _json(value) != stored:
+            return _NOT_KEPT
+    except (ValueError, RecursionError):
+        return _NOT_KEPT
+    return value
+
+
+def _refused_by_the_ledger(value: Any, depth: int) -> bool:
+    if type(value) is str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if type(value) is float:
+        return value != value or value in (float("inf"), float("-inf"))
+    if type(value) in (list, dict):
+        if depth + 1 > _MAX_DEPTH:
+            return True
+        items = value.items() if type(value) is dict else enumerate(value)
+        return any((type(k) is str and _refused_by_the_ledger(k, depth)) or _refused_by_the_ledger(v, depth + 1)
+                   for k, v in items)
+    return False
 
 
 def _recorded_output(output: Any, produced: list) -> Any:
