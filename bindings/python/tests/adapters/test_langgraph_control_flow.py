@@ -327,3 +327,43 @@ def test_parallel_calls_sent_one_task_each_keep_their_ids_and_replay_in_a_fork(r
     forked = agent.invoke(None, before_tools.config)
     assert forked["messages"][-1].content == "done"
     assert sorted(effects) == ["a", "b"], "the fork sent again"
+
+
+def test_a_model_message_with_a_long_id_still_names_its_calls(runtime):
+    # The message id goes into the ledger's call id (at most 256 bytes): a
+    # provider's long message id must not make every call refused.
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from toolledger.adapters.langgraph import ledger_tool
+
+    effects = []
+
+    @tool
+    def send_email(to: str) -> str:
+        """Sends an email."""
+        effects.append(current_call().execution_id)
+        return "sent"
+
+    def model(state):
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage(content="done")]}
+        return {"messages": [AIMessage(content="", id="m" * 300, tool_calls=[
+            {"name": "send_email", "args": {"to": "a@example.com"}, "id": "call_1"}])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", model)
+    graph.add_node("tools", ToolNode([ledger_tool(send_email, runtime, downstream=Downstream.NEITHER)]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    app = graph.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    out = app.invoke({"messages": [("user", "go")]}, config)
+    assert out["messages"][-1].content == "done" and len(effects) == 1
+    before_tools = next(s for s in app.get_state_history(config) if s.next == ("tools",))
+    app.invoke(None, app.update_state(before_tools.config, {"messages": []}, as_node="model"))
+    assert len(effects) == 1

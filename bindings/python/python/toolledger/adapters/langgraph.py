@@ -16,8 +16,9 @@ arguments)``:
   for a tool called inside a subgraph);
 * round = 0, and call id = ``<tool-call id>@<message id>@<digest>``: the id
   of the ``AIMessage`` in the graph's ``messages`` state that holds the call
-  (``add_messages`` gives every message one) and the first 16 hex digits of
-  the SHA-256 of the model's arguments;
+  (``add_messages`` gives every message one; one longer than 64 characters
+  by 32 hex digits of its SHA-256) and the first 16 hex digits of the
+  SHA-256 of the model's arguments;
 * outside a graph (the tool invoked by hand with a ``langgraph_step``), or
   with no ``messages`` state holding the call: round = the graph's step
   (``langgraph_step``), call id = the model's tool-call id.
@@ -174,6 +175,8 @@ class LedgerTool(BaseTool):
             # regenerated turn. With the arguments' digest: a call whose
             # arguments the app edited in the state is another call.
             digest = hashlib.sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+            if len(response) > 64:  # the ledger's call id holds 256 bytes: a long message id by its digest
+                response = hashlib.sha256(response.encode("utf-8", "surrogatepass")).hexdigest()[:32]
             return operation, 0, f"{call_id}@{response}@{digest}", arguments
         return operation, int(step), str(call_id), arguments
 
