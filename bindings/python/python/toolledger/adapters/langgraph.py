@@ -46,7 +46,12 @@ ones come back). The call that ran the tool gets the tool's own
 ``ToolMessage`` (what the graph gets without the ledger) when the ledger
 committed exactly what it made of it. An unknown outcome raises
 :class:`OutcomeUnknown` out of the graph (``ToolNode``'s default error
-handling re-raises it): nothing is resent.
+handling re-raises it): nothing is resent. A ``ToolNode`` made with
+``handle_tool_errors=True`` (or a tuple holding ``OutcomeUnknown`` or one of
+its bases) hands it to the model instead, as an error ``ToolMessage``
+("Error: OutcomeUnknown(...) Please fix your mistakes."); a model that then
+asks again makes a new tool call, which the ledger cannot tie to the
+first: keep ``OutcomeUnknown`` out of what the ``ToolNode`` handles.
 """
 
 from __future__ import annotations
