@@ -7,6 +7,7 @@ Tested with ``mcp`` 2.3.0 (``ClientSession`` over stdio).
     runtime = LedgerRuntime("ledger.db")                            # once per process
     ledger_mcp = MCPLedger(runtime, server="mail")
     async with ledger_mcp.session(read, write) as session:          # instead of ClientSession(read, write)
+        await session.initialize()
         ledger_mcp.tool("send_email", downstream=Downstream.KEY)
         result = await ledger_mcp.call_tool(session, "send_email", {"to": "a@example.com"},
                                             operation_id="conv42:msg7", round=0, call_id="call_abc")
