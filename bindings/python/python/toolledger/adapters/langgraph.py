@@ -66,7 +66,10 @@ from langchain_core.runnables.config import CONFIG_KEYS
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, PrivateAttr
 
-from langgraph._internal._constants import CONFIG_KEY_READ
+try:  # where ToolNode's own state reader sits in the tested versions
+    from langgraph._internal._constants import CONFIG_KEY_READ
+except ImportError:  # another layout: no state reader, calls are named by the step
+    CONFIG_KEY_READ = None
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Command
 
@@ -287,7 +290,7 @@ def _model_response_id(configurable: dict, call_id: str) -> Optional[str]:
     ``ToolNode`` reads a graph's state (the task's ``CONFIG_KEY_READ``); None
     outside a graph, without a ``messages`` channel or when no message with
     an id holds the call."""
-    read = configurable.get(CONFIG_KEY_READ)
+    read = configurable.get(CONFIG_KEY_READ) if CONFIG_KEY_READ is not None else None
     if read is None:
         return None
     try:

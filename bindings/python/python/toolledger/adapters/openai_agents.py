@@ -241,7 +241,7 @@ class AgentsLedger:
         # the SDK's turn: its tools run under the turn whose response asked
         # for them and its next model call is the next turn, not turn 1 again
         # (whose recorded response would be handed back as new).
-        turn = input._current_turn if isinstance(input, RunState) else 0
+        turn = getattr(input, "_current_turn", 0) if isinstance(input, RunState) else 0
         token = _SCOPE.set(_RunScope(run_id=run_id, turn=turn))
         try:
             return await Runner.run(agent, input, **kwargs)
