@@ -332,6 +332,20 @@ impl Ledger {
                     self.keep_found_after_settled(dao, &rec, rec.attempt_count, &carried, now)?;
                     Ok(JobApplied::AlreadyFinal(rec.status))
                 }
+                JobUpdate::Succeeded { result_json }
+                    if rec.status.is_committed()
+                        && rec.result_json.as_deref() != Some(result_json.as_str()) =>
+                {
+                    // Committed meanwhile with another result (an earlier
+                    // event, polling, a resolver): the stored result stands
+                    // and what this update reported is kept.
+                    let carried = Carried {
+                        result_json: Some(result_json),
+                        ..Carried::default()
+                    };
+                    self.keep_found_after_settled(dao, &rec, rec.attempt_count, &carried, now)?;
+                    Ok(JobApplied::AlreadyFinal(rec.status))
+                }
                 _ if !open => Ok(JobApplied::AlreadyFinal(rec.status)),
                 JobUpdate::Progress { state } => {
                     dao.upsert_job(id, &job_id, state, now)?;

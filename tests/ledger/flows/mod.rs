@@ -24,6 +24,7 @@ mod dropped_round;
 mod job_and_retry_edges;
 mod job_order;
 mod job_result;
+mod job_updates;
 mod retry_race;
 
 // ---------------------------------------------------------------------------

@@ -1,0 +1,68 @@
+//! Job updates attacked: a second `Succeeded` whose result differs from the
+//! committed one.
+
+use super::*;
+
+fn started(ledger: &Ledger, call_id: &str) -> toolledger::ledger::Ticket {
+    let t = ticket(
+        ledger
+            .begin(&op("op"), 0, &spec(call_id, "render", "{}"))
+            .unwrap(),
+    );
+    ledger.record_job(&t.attempt_id(), "job_1").unwrap();
+    t
+}
+
+fn succeeded(result: &str) -> JobUpdate {
+    JobUpdate::Succeeded {
+        result_json: result.into(),
+    }
+}
+
+/// The job is committed by its first `Succeeded`; a later one (another
+/// event, or polling) carries another result. The stored result stands,
+/// but what the downstream reported is an effect found for a call committed
+/// with another result: it is kept as evidence (as a resolver's `Found`
+/// with another result is), never dropped. The same result again keeps
+/// nothing.
+#[test]
+fn a_later_success_with_another_result_is_kept_as_evidence() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, _c) = open_at(&dir.path().join("l.db"));
+    let t = started(&ledger, "c1");
+    let id = t.execution_id.clone();
+    let first = ledger
+        .ingest_webhook("svc", "e1", &id, &succeeded(r#"{"v":1}"#))
+        .unwrap();
+    assert!(matches!(first, JobApplied::Committed(_)), "{first:?}");
+    // The same result again (polling): nothing kept.
+    assert_eq!(
+        ledger
+            .record_job_update(&id, &succeeded(r#"{"v":1}"#))
+            .unwrap(),
+        JobApplied::AlreadyFinal(ExecutionStatus::Committed)
+    );
+    assert!(ledger.evidence(&id).unwrap().is_empty());
+    // Another event with another result.
+    assert_eq!(
+        ledger
+            .ingest_webhook("svc", "e2", &id, &succeeded(r#"{"v":2}"#))
+            .unwrap(),
+        JobApplied::AlreadyFinal(ExecutionStatus::Committed)
+    );
+    let rec = ledger.get(&id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::Committed);
+    assert_eq!(rec.result_json.as_deref(), Some(r#"{"v":1}"#));
+    let evidence = ledger.evidence(&id).unwrap();
+    assert_eq!(evidence.len(), 1, "the other result is kept");
+    assert_eq!(evidence[0].kind, "commit");
+    assert_eq!(evidence[0].result_json.as_deref(), Some(r#"{"v":2}"#));
+    // A repeat of that event keeps nothing twice.
+    assert_eq!(
+        ledger
+            .ingest_webhook("svc", "e2", &id, &succeeded(r#"{"v":2}"#))
+            .unwrap(),
+        JobApplied::DuplicateEvent
+    );
+    assert_eq!(ledger.evidence(&id).unwrap().len(), 1);
+}
