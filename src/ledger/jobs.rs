@@ -259,7 +259,7 @@ impl Ledger {
             if !dao.set_external_id(id, job_id, now)? {
                 return Err(Error::AlreadyCommitted(id.clone()));
             }
-            dao.upsert_job(id, job_id, "started", now)?;
+            dao.set_job(id, job_id, "started", now)?;
             Ok(Fenced::Done(()))
         })
     }

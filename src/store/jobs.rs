@@ -94,6 +94,24 @@ impl Dao<'_> {
         Ok(())
     }
 
+    /// Records the job a tool started: its id replaces whatever an update
+    /// that arrived first stored (an event handled before the tool's
+    /// `JobStarted` knew no job id).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn set_job(&self, id: &ExecutionId, job_id: &str, state: &str, now_ms: i64) -> Result<()> {
+        let job = self.seal(Col::JobId, Row::of(id.as_str()), Some(job_id))?;
+        self.tx
+            .prepare_cached(
+                "INSERT INTO jobs (execution_id, job_id, state, updated_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT(execution_id) DO UPDATE SET job_id = excluded.job_id,
+                    state = excluded.state, updated_ms = excluded.updated_ms",
+            )?
+            .execute(params![id, job, state, now_ms])?;
+        Ok(())
+    }
+
     /// The background job of an execution: `(job id, state)`.
     ///
     /// # Errors

@@ -1,5 +1,6 @@
 //! Job updates attacked: a second `Succeeded` whose result differs from the
-//! committed one.
+//! committed one, a `Progress` that arrives before the tool's `JobStarted`
+//! is recorded.
 
 use super::*;
 
@@ -65,4 +66,42 @@ fn a_later_success_with_another_result_is_kept_as_evidence() {
         JobApplied::DuplicateEvent
     );
     assert_eq!(ledger.evidence(&id).unwrap().len(), 1);
+}
+
+/// The downstream's "queued" webhook is handled before the tool's
+/// `JobStarted` is recorded. The job id recorded afterwards must be the
+/// job's, not the empty one the early event had nothing better than.
+#[test]
+fn a_progress_event_before_the_job_is_recorded_keeps_the_job_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, _c) = open_at(&dir.path().join("l.db"));
+    let t = ticket(
+        ledger
+            .begin(&op("op"), 0, &spec("c1", "render", "{}"))
+            .unwrap(),
+    );
+    let id = t.execution_id.clone();
+    assert_eq!(
+        ledger
+            .ingest_webhook(
+                "svc",
+                "e0",
+                &id,
+                &JobUpdate::Progress {
+                    state: "queued".into()
+                }
+            )
+            .unwrap(),
+        JobApplied::Progress
+    );
+    ledger.record_job(&t.attempt_id(), "job_1").unwrap();
+    let rec = ledger.get(&id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::Executing);
+    assert_eq!(rec.external_id.as_deref(), Some("job_1"));
+    let job = ledger.job(&id).unwrap();
+    assert_eq!(
+        job.as_ref().map(|j| j.0.as_str()),
+        Some("job_1"),
+        "the job id of the job row: {job:?}"
+    );
 }
