@@ -461,16 +461,18 @@ impl Executor {
     ) -> Result<Reconciling> {
         let id = &ticket.execution_id;
         // A background job the downstream accepted is pending, not unknown:
-        // its completion arrives by polling or webhook.
-        if let Some((job_id, state)) = self.ledger().job(id)? {
-            if state != "succeeded" && state != "failed" {
-                return Ok(Reconciling::Settled(Box::new(Step::Done(
-                    CallOutcome::Pending {
-                        execution_id: id.clone(),
-                        job_id,
-                    },
-                ))));
-            }
+        // its completion arrives by polling or webhook. Its stored state is
+        // the downstream's own label (a `Progress` may say "succeeded" or
+        // "failed" of a job still running), never a sign it finished: a job
+        // that finished committed or failed its execution (never retried),
+        // which is then not reconciled.
+        if let Some((job_id, _label)) = self.ledger().job(id)? {
+            return Ok(Reconciling::Settled(Box::new(Step::Done(
+                CallOutcome::Pending {
+                    execution_id: id.clone(),
+                    job_id,
+                },
+            ))));
         }
         if desc.lookup {
             return Ok(Reconciling::Lookup);

@@ -105,3 +105,84 @@ fn a_progress_event_before_the_job_is_recorded_keeps_the_job_id() {
         "the job id of the job row: {job:?}"
     );
 }
+
+/// A job tool with a lookup that cannot see a job still running (its
+/// effect is not there yet): each `perform` starts one more job downstream.
+struct LookupJob {
+    jobs: AtomicU32,
+}
+
+#[async_trait]
+impl ToolHandler for LookupJob {
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            lookup: true,
+            landing_window: Duration::ZERO,
+            ..ToolDescriptor::side_effect("export", 1)
+        }
+    }
+    async fn perform(&self, _req: ToolRequest) -> Result<PerformOutcome, ToolError> {
+        let n = self.jobs.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(PerformOutcome::JobStarted {
+            job_id: format!("job_{n}"),
+        })
+    }
+    async fn lookup(
+        &self,
+        _req: ToolRequest,
+    ) -> Result<toolledger::executor::LookupOutcome, ToolError> {
+        Ok(toolledger::executor::LookupOutcome::NotFound)
+    }
+}
+
+/// The downstream's own label for a running job happens to be one of the
+/// words the ledger uses for a finished job ("succeeded": the render is
+/// done, the upload still running). Recorded as `Progress`, the job is
+/// still pending: after a restart, recovery must report it `Pending` and
+/// start nothing, not take it for finished, look it up (not found: the job
+/// is still running) and start a second job.
+#[test]
+fn a_progress_label_that_reads_like_an_end_is_still_pending_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let tool = Arc::new(LookupJob {
+        jobs: AtomicU32::new(0),
+    });
+    let call = || ToolCall::custom("c1", "export", "{}");
+    let id = process(async {
+        let exec = exec_on(&path, config(1, 4));
+        exec.register(tool.clone()).unwrap();
+        let out = exec.execute(&opid(), 0, call()).await.unwrap();
+        assert!(matches!(&out, CallOutcome::Pending { job_id, .. } if job_id == "job_1"));
+        for label in ["failed", "succeeded"] {
+            assert_eq!(
+                exec.record_job_update(
+                    out.execution_id(),
+                    &JobUpdate::Progress {
+                        state: label.into()
+                    }
+                )
+                .unwrap(),
+                JobApplied::Progress
+            );
+        }
+        out.execution_id().clone()
+    }); // the process dies with the job running downstream
+    process(async {
+        let exec = exec_on(&path, config(1, 4));
+        exec.register(tool.clone()).unwrap();
+        let recovered = exec.recover().await.unwrap();
+        assert!(recovered.failed.is_empty(), "{:?}", recovered.failed);
+        assert!(
+            matches!(recovered.outcomes.as_slice(), [CallOutcome::Pending { job_id, .. }] if job_id == "job_1"),
+            "{:?}",
+            recovered.outcomes
+        );
+        let again = exec.execute(&opid(), 0, call()).await.unwrap();
+        assert!(matches!(again, CallOutcome::Pending { .. }), "{again:?}");
+        let rec = exec.ledger().get(&id).unwrap().unwrap();
+        assert_eq!(rec.status, ExecutionStatus::OutcomeUnknown);
+        assert_eq!(rec.attempt_count, 1);
+    });
+    assert_eq!(tool.jobs.load(Ordering::SeqCst), 1, "one job downstream");
+}
