@@ -268,7 +268,9 @@ impl From<ledger::Error> for LedgerError {
             },
             // A refusal of the caller's request that names no status the app
             // could act on differently: bad input.
-            L::NothingToCompensate(_) => LedgerError::invalid(&e),
+            L::NothingToCompensate(_) | L::WebhookEventOfAnotherExecution { .. } => {
+                LedgerError::invalid(&e)
+            }
             L::Internal(message) => LedgerError::Internal {
                 message: message.to_owned(),
             },

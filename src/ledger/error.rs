@@ -79,6 +79,16 @@ pub enum Error {
     /// A compensation was asked for an execution that never committed.
     #[error("execution {0} has not committed: there is nothing to compensate")]
     NothingToCompensate(ExecutionId),
+    /// A webhook event (`source`, event id) already processed for another
+    /// execution was named for this one: not a repeat to ignore (that would
+    /// drop this execution's update). Nothing was recorded.
+    #[error("execution {execution_id}: this webhook event was processed for execution {event_execution_id}")]
+    WebhookEventOfAnotherExecution {
+        /// The execution the event was named for.
+        execution_id: ExecutionId,
+        /// The execution it was processed for.
+        event_execution_id: ExecutionId,
+    },
     /// An internal invariant did not hold (a bug, reported instead of a panic).
     #[error("internal error: {0}")]
     Internal(&'static str),

@@ -285,7 +285,9 @@ impl Ledger {
     ///
     /// # Errors
     /// [`Error::NotFound`], [`Error::Json`] for a result that is not JSON,
-    /// storage errors (nothing recorded, not even the event id).
+    /// [`Error::WebhookEventOfAnotherExecution`] for an event processed for
+    /// another execution, storage errors (nothing recorded, not even the
+    /// event id).
     pub fn ingest_webhook(
         &self,
         source: &str,
@@ -312,7 +314,18 @@ impl Ledger {
                 .ok_or_else(|| Error::NotFound(id.clone()))?;
             if let Some((source, event_id)) = event {
                 if !dao.insert_webhook_event(source, event_id, id, now)? {
-                    return Ok(JobApplied::DuplicateEvent);
+                    // A repeat for this execution is ignored; the same event
+                    // named for another execution is refused.
+                    let first = dao.webhook_event_execution(source, event_id)?;
+                    return match first {
+                        Some(first) if first != id.as_str() => {
+                            Err(Error::WebhookEventOfAnotherExecution {
+                                execution_id: id.clone(),
+                                event_execution_id: ExecutionId::parse(first).map_err(Error::Id)?,
+                            })
+                        }
+                        _ => Ok(JobApplied::DuplicateEvent),
+                    };
                 }
             }
             let open = matches!(

@@ -129,6 +129,20 @@ impl Dao<'_> {
             .optional()?)
     }
 
+    /// The execution a processed webhook event was applied to.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn webhook_event_execution(&self, source: &str, event_id: &str) -> Result<Option<String>> {
+        Ok(self
+            .tx
+            .prepare_cached(
+                "SELECT execution_id FROM webhook_events WHERE source = ?1 AND event_id = ?2",
+            )?
+            .query_row(params![source, event_id], |r| r.get(0))
+            .optional()?)
+    }
+
     /// Records a webhook event; returns false when `(source, event_id)` was
     /// already processed.
     ///

@@ -186,3 +186,71 @@ fn a_progress_label_that_reads_like_an_end_is_still_pending_after_a_restart() {
     });
     assert_eq!(tool.jobs.load(Ordering::SeqCst), 1, "one job downstream");
 }
+
+/// A webhook event id is processed once, for the execution it was first
+/// applied to. The same `(source, event id)` named for another execution
+/// (an app that keys events by their type, a misrouted delivery) is not "a
+/// repeat, ignored": answering `DuplicateEvent` would drop the other job's
+/// result while it stays pending for ever. It is refused with a typed
+/// error, nothing is recorded, and the first execution keeps its event.
+#[test]
+fn an_event_id_already_used_for_another_execution_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, _c) = open_at(&dir.path().join("l.db"));
+    let a = started(&ledger, "c1");
+    let b = started(&ledger, "c2");
+    assert!(matches!(
+        ledger
+            .ingest_webhook(
+                "svc",
+                "job.succeeded",
+                &a.execution_id,
+                &succeeded(r#"{"v":"a"}"#)
+            )
+            .unwrap(),
+        JobApplied::Committed(_)
+    ));
+    let reused = ledger.ingest_webhook(
+        "svc",
+        "job.succeeded",
+        &b.execution_id,
+        &succeeded(r#"{"v":"b"}"#),
+    );
+    match &reused {
+        Err(Error::WebhookEventOfAnotherExecution {
+            execution_id,
+            event_execution_id,
+        }) => {
+            assert_eq!(execution_id, &b.execution_id);
+            assert_eq!(event_execution_id, &a.execution_id);
+        }
+        other => panic!("expected WebhookEventOfAnotherExecution, got {other:?}"),
+    }
+    let rec_b = ledger.get(&b.execution_id).unwrap().unwrap();
+    assert_eq!(rec_b.status, ExecutionStatus::Executing);
+    assert!(ledger.evidence(&b.execution_id).unwrap().is_empty());
+    assert_eq!(
+        ledger.job(&b.execution_id).unwrap().map(|j| j.1),
+        Some("started".to_owned())
+    );
+    // Its own event id applies it; the first execution's repeat is ignored.
+    assert!(matches!(
+        ledger
+            .ingest_webhook("svc", "evt_b", &b.execution_id, &succeeded(r#"{"v":"b"}"#))
+            .unwrap(),
+        JobApplied::Committed(_)
+    ));
+    assert_eq!(
+        ledger
+            .ingest_webhook(
+                "svc",
+                "job.succeeded",
+                &a.execution_id,
+                &succeeded(r#"{"v":"a"}"#)
+            )
+            .unwrap(),
+        JobApplied::DuplicateEvent
+    );
+    let rec_a = ledger.get(&a.execution_id).unwrap().unwrap();
+    assert_eq!(rec_a.result_json.as_deref(), Some(r#"{"v":"a"}"#));
+}
