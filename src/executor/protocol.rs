@@ -166,7 +166,21 @@ impl Executor {
         let request = request_for(&ticket);
         crashpoint::hit(CrashPoint::BeforeRequest);
         let outcome = self.perform_guarded(tool, &desc.name, request).await;
-        self.after_perform(desc, ticket, outcome)
+        let id = ticket.execution_id.clone();
+        match self.after_perform(desc, ticket, outcome) {
+            // The tool's result, refused because the call was committed
+            // while it ran by another hand (its job's webhook): the stored
+            // result is the answer (the tool's was kept as evidence).
+            Err(super::Error::Ledger(ledger::Error::AlreadyCommitted(_)))
+                if self
+                    .ledger()
+                    .get(&id)?
+                    .is_some_and(|r| r.status.is_committed()) =>
+            {
+                Ok(Step::Done(self.current_outcome(&id)?))
+            }
+            other => other,
+        }
     }
 
     /// Records what one attempt did and decides the next step. A stale

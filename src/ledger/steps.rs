@@ -271,8 +271,8 @@ impl Ledger {
     /// Commits the side effect's result: durable before it goes to the model.
     /// Accepted from `executing` and, for the same attempt, from
     /// `outcome_unknown` (the truth arrived late). Committing the identical
-    /// result again is a no-op; a different one is refused and the stored one
-    /// stands. If the operation was cancelled meanwhile, it becomes
+    /// result again is a no-op; a different one is refused, the stored one
+    /// stands and the refused one is kept as evidence. If the operation was cancelled meanwhile, it becomes
     /// `cancelled_after_side_effect`.
     ///
     /// # Errors
@@ -358,6 +358,15 @@ impl Ledger {
                 now,
             )? {
                 return Ok(Fenced::Refused(stale));
+            }
+            if rec.status.is_committed() && !same_effect(&rec, &carried) {
+                // Committed meanwhile by another hand (a job's webhook, a
+                // resolver) with another result: the stored one stands, and
+                // what this attempt reported is kept, never dropped.
+                self.keep_found_after_settled(dao, &rec, attempt.attempt, &carried, now)?;
+                return Ok(Fenced::Refused(Error::AlreadyCommitted(
+                    rec.execution_id.clone(),
+                )));
             }
             let fence = (attempt, true);
             Ok(Fenced::Done(self.commit_in(

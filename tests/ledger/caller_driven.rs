@@ -606,8 +606,9 @@ fn a_report_by_fencing_token_commits_once_and_a_stale_one_is_refused_and_kept() 
     else {
         panic!("{done:?}")
     };
-    // The committed attempt reported again: the same typed error as
-    // `report` gives, nothing changed.
+    // The committed attempt reported again with another result: the same
+    // typed error as `report` gives, the stored result stands, and what was
+    // reported is kept as evidence (it may be a second effect).
     let twice = report_by_token(&exec, &a2, committed(r#"{"again":1}"#)).unwrap_err();
     assert!(
         matches!(twice, ExecError::Ledger(LedgerError::AlreadyCommitted(_))),
@@ -642,7 +643,16 @@ fn a_report_by_fencing_token_commits_once_and_a_stale_one_is_refused_and_kept() 
         matches!(err, ExecError::Ledger(LedgerError::NoSuchAttempt { .. })),
         "{err:?}"
     );
-    assert_eq!(exec.ledger().evidence(&id).unwrap().len(), 2);
+    // Attempt 1's two late reports and attempt 2's two contradicting ones.
+    let evidence = exec.ledger().evidence(&id).unwrap();
+    assert_eq!(evidence.len(), 4);
+    assert_eq!(
+        evidence
+            .iter()
+            .filter(|e| e.attempt == 2 && e.result_json.as_deref() == Some(r#"{"again":1}"#))
+            .count(),
+        2
+    );
 }
 
 #[test]

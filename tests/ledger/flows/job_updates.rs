@@ -254,3 +254,80 @@ fn an_event_id_already_used_for_another_execution_is_refused() {
     let rec_a = ledger.get(&a.execution_id).unwrap().unwrap();
     assert_eq!(rec_a.result_json.as_deref(), Some(r#"{"v":"a"}"#));
 }
+
+/// A tool that starts a job and polls it to the end, in an app whose
+/// webhook handler also applies the job's completion. The webhook lands
+/// first and commits the execution with its payload; the tool's own
+/// `Committed`, from polling, carries another rendering of the result and
+/// the job id.
+struct PollsItsJob {
+    performs: AtomicU32,
+    webhook_handler: Arc<Ledger>,
+}
+
+#[async_trait]
+impl ToolHandler for PollsItsJob {
+    fn descriptor(&self) -> ToolDescriptor {
+        keyed("render")
+    }
+    async fn perform(&self, req: ToolRequest) -> Result<PerformOutcome, ToolError> {
+        self.performs.fetch_add(1, Ordering::SeqCst);
+        let applied = self
+            .webhook_handler
+            .ingest_webhook(
+                "svc",
+                "ev_done",
+                &req.execution_id,
+                &succeeded(r#"{"url":"u","via":"webhook"}"#),
+            )
+            .unwrap();
+        assert!(matches!(applied, JobApplied::Committed(_)), "{applied:?}");
+        Ok(PerformOutcome::Committed {
+            result_json: r#"{"url":"u","via":"poll"}"#.into(),
+            external_id: Some("job_1".into()),
+        })
+    }
+}
+
+/// The call committed (by the webhook): the caller gets the stored result,
+/// not `AlreadyCommitted`, and what the tool reported (its result, its job
+/// id) is kept as evidence, never dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_commit_after_its_webhook_committed_the_call_is_kept_and_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let exec = exec_on(&path, config(1, 4));
+    let tool = Arc::new(PollsItsJob {
+        performs: AtomicU32::new(0),
+        webhook_handler: Arc::new(Ledger::open(&path, LedgerConfig::default()).unwrap()),
+    });
+    exec.register(tool.clone()).unwrap();
+    let out = exec
+        .execute(&opid(), 0, ToolCall::custom("c1", "render", "{}"))
+        .await;
+    let out = match out {
+        Ok(out) => out,
+        Err(e) => panic!("the call committed, but the caller is told {e:?}"),
+    };
+    assert_eq!(out.result_json(), Some(r#"{"url":"u","via":"webhook"}"#));
+    let id = out.execution_id().clone();
+    let rec = exec.ledger().get(&id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::Committed);
+    assert_eq!(
+        rec.result_json.as_deref(),
+        Some(r#"{"url":"u","via":"webhook"}"#)
+    );
+    let evidence = exec.ledger().evidence(&id).unwrap();
+    assert_eq!(evidence.len(), 1, "the tool's own report is kept");
+    assert_eq!(evidence[0].kind, "commit");
+    assert_eq!(
+        evidence[0].result_json.as_deref(),
+        Some(r#"{"url":"u","via":"poll"}"#)
+    );
+    assert_eq!(evidence[0].external_id.as_deref(), Some("job_1"));
+    assert_eq!(
+        tool.performs.load(Ordering::SeqCst),
+        1,
+        "one job downstream"
+    );
+}
