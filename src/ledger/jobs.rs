@@ -286,7 +286,8 @@ impl Ledger {
     /// # Errors
     /// [`Error::NotFound`], [`Error::Json`] for a result that is not JSON,
     /// [`Error::WebhookEventOfAnotherExecution`] for an event processed for
-    /// another execution, storage errors (nothing recorded, not even the
+    /// another execution, [`Error::InvalidTransition`] for a call that never
+    /// started (`prepared`, `approved`), storage errors (nothing recorded, not even the
     /// event id).
     pub fn ingest_webhook(
         &self,
@@ -358,6 +359,24 @@ impl Ledger {
                     };
                     self.keep_found_after_settled(dao, &rec, rec.attempt_count, &carried, now)?;
                     Ok(JobApplied::AlreadyFinal(rec.status))
+                }
+                _ if matches!(
+                    rec.status,
+                    ExecutionStatus::Prepared | ExecutionStatus::Approved
+                ) =>
+                {
+                    // The call never started: no job of it can run. A
+                    // misrouted update, refused; nothing is recorded (not
+                    // even the event id).
+                    Err(Error::InvalidTransition {
+                        execution_id: id.clone(),
+                        from: rec.status,
+                        transition: match update {
+                            JobUpdate::Succeeded { .. } => Transition::Commit,
+                            JobUpdate::Failed { .. } => Transition::FailBeforeCommit,
+                            JobUpdate::Progress { .. } => Transition::Start,
+                        },
+                    })
                 }
                 _ if !open => Ok(JobApplied::AlreadyFinal(rec.status)),
                 JobUpdate::Progress { state } => {

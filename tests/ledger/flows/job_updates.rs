@@ -331,3 +331,66 @@ async fn a_tools_commit_after_its_webhook_committed_the_call_is_kept_and_answere
         "one job downstream"
     );
 }
+
+/// A job update for a call that never started (it waits for approval):
+/// no job can be running for it, so the update is misrouted. It is refused
+/// with a typed error and records nothing, not even its event id, rather
+/// than answered `AlreadyFinal(Prepared)` ("already reached a final
+/// status") with a `Succeeded` dropped and the event id used up.
+#[test]
+fn a_job_update_for_a_call_that_never_started_is_refused_and_records_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, _c) = open_at(&dir.path().join("l.db"));
+    let answer = ledger
+        .begin(&op("op"), 0, &spec("c1", "render", "{}").with_approval())
+        .unwrap();
+    let Begin::NeedsApproval(request) = answer else {
+        panic!("{answer:?}")
+    };
+    let id = request.execution_id.clone();
+    for (event, update, transition) in [
+        (
+            "e1",
+            succeeded(r#"{"v":1}"#),
+            toolledger::model::Transition::Commit,
+        ),
+        (
+            "e2",
+            JobUpdate::Failed {
+                reason: "boom".into(),
+            },
+            toolledger::model::Transition::FailBeforeCommit,
+        ),
+        (
+            "e3",
+            JobUpdate::Progress {
+                state: "queued".into(),
+            },
+            toolledger::model::Transition::Start,
+        ),
+    ] {
+        let refused = ledger.ingest_webhook("svc", event, &id, &update);
+        assert!(
+            matches!(
+                &refused,
+                Err(Error::InvalidTransition { from: ExecutionStatus::Prepared, transition: t, .. })
+                    if *t == transition
+            ),
+            "{event}: {refused:?}"
+        );
+    }
+    let rec = ledger.get(&id).unwrap().unwrap();
+    assert_eq!(rec.status, ExecutionStatus::Prepared);
+    assert_eq!(ledger.job(&id).unwrap(), None);
+    assert!(ledger.evidence(&id).unwrap().is_empty());
+    // Approved and started, the job's real event (the same id) applies.
+    ledger.approve(&id, &request.args_digest, None).unwrap();
+    let t = ledger.mark_executing(&id).unwrap();
+    ledger.record_job(&t.attempt_id(), "job_1").unwrap();
+    assert!(matches!(
+        ledger
+            .ingest_webhook("svc", "e1", &id, &succeeded(r#"{"v":1}"#))
+            .unwrap(),
+        JobApplied::Committed(_)
+    ));
+}
