@@ -329,7 +329,8 @@ def test_ledger_steps_begin_commit_replay_deliver(ledger):
     ledger.mark_delivered([ticket.execution_id])
     assert ledger.get(ticket.execution_id).status == tl.ExecutionStatus.RESULT_DELIVERED
     steps = [t.transition for t in ledger.transitions(ticket.execution_id)]
-    assert steps[-2:] == ["commit", "deliver"]
+    # The refused other result is kept as evidence, with a note in the log.
+    assert steps[-3:] == ["commit", "found_after_settled", "deliver"]
 
 
 # --- fencing: every step names its attempt ----------------------------------

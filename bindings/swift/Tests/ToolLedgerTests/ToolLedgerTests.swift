@@ -467,7 +467,8 @@ final class ToolLedgerTests: XCTestCase {
         try ledger.markDelivered(executionIds: [ticket.executionId])
         XCTAssertEqual(try ledger.get(executionId: ticket.executionId)?.status, .resultDelivered)
         let steps = try ledger.transitions(executionId: ticket.executionId).map(\.transition)
-        XCTAssertEqual(steps.suffix(2), ["commit", "deliver"])
+        // The refused other result is kept as evidence, with a note in the log.
+        XCTAssertEqual(Array(steps.suffix(3)), ["commit", "found_after_settled", "deliver"])
     }
 
     // MARK: provider formats

@@ -361,6 +361,10 @@ val scenarioTests = listOf(
         assertEquals("""{"sent":true}""", again.result.resultJson)
         ledger.markDelivered(listOf(ticket.executionId))
         assertEquals(ExecutionStatus.RESULT_DELIVERED, ledger.get(ticket.executionId)!!.status)
-        assertEquals(listOf("commit", "deliver"), ledger.transitions(ticket.executionId).map { it.transition }.takeLast(2))
+        // The refused other result is kept as evidence, with a note in the log.
+        assertEquals(
+            listOf("commit", "found_after_settled", "deliver"),
+            ledger.transitions(ticket.executionId).map { it.transition }.takeLast(3),
+        )
     },
 )
