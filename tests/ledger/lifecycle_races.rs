@@ -251,6 +251,43 @@ impl toolledger::executor::ToolHandler for AbandonDuringLookup {
     }
 }
 
+/// Past the landing window of unknown attempt `attempt`, runs `call` through
+/// a new executor whose tool (`desc`, at `service`) is reconciled with a
+/// lookup, during which the app (a third session, returned) settles the
+/// call as absent; checks that the app's settlement came first.
+async fn execute_while_the_app_settles(
+    path: &std::path::Path,
+    clock: &Arc<ManualClock>,
+    service: &Downstream,
+    desc: ToolDescriptor,
+    attempt: toolledger::ledger::AttemptId,
+    call: ToolCall,
+) -> (
+    Arc<Ledger>,
+    Result<CallOutcome, toolledger::executor::Error>,
+) {
+    // Past the landing window: a lookup's answer counts.
+    clock.advance(200_000);
+    let app = Arc::new(open_with(path, clock));
+    let exec = Executor::new(Arc::new(open_with(path, clock)), fast_config());
+    let tool = Arc::new(AbandonDuringLookup {
+        inner: HttpTool::new(desc, Kind::Effect, service),
+        other: app.clone(),
+        attempt,
+        settled: Mutex::new(None),
+    });
+    exec.register(tool.clone()).unwrap();
+    let out = exec.execute(&op("o"), 0, call).await;
+    assert!(
+        matches!(
+            tool.settled.lock().unwrap().as_ref(),
+            Some(Ok(toolledger::ledger::Resolved::Failed))
+        ),
+        "the app settled the call first"
+    );
+    (app, out)
+}
+
 /// Another session's request was applied downstream and its outcome became
 /// unknown. An executor reconciles it with a lookup; while the lookup asks,
 /// the app (a third session) settles the call as absent. The lookup finds
@@ -262,7 +299,6 @@ impl toolledger::executor::ToolHandler for AbandonDuringLookup {
 /// stored truth.
 #[tokio::test]
 async fn a_found_effect_refused_because_another_resolver_said_not_found_is_kept_as_evidence() {
-    use toolledger::ledger::Resolved;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
     let service = Downstream::start(Behaviour::default());
@@ -284,33 +320,14 @@ async fn a_found_effect_refused_because_another_resolver_said_not_found_is_kept_
     first
         .mark_outcome_unknown(&t1.attempt_id(), "connection reset")
         .unwrap();
-    // Past the landing window: a lookup's answer counts.
-    inner.advance(200_000);
-
-    let app = Arc::new(open_with(&path, &inner));
-    let exec = Executor::new(Arc::new(open_with(&path, &inner)), fast_config());
     let desc = ToolDescriptor {
         lookup: true,
         ..ToolDescriptor::side_effect("pay", 1)
     };
-    let tool = Arc::new(AbandonDuringLookup {
-        inner: HttpTool::new(desc, Kind::Effect, &service),
-        other: app.clone(),
-        attempt: t1.attempt_id(),
-        settled: Mutex::new(None),
-    });
-    exec.register(tool.clone()).unwrap();
-    let out = exec
-        .execute(&op("o"), 0, ToolCall::custom("c1", "pay", pay))
-        .await;
+    let call = ToolCall::custom("c1", "pay", pay);
+    let (app, out) =
+        execute_while_the_app_settles(&path, &inner, &service, desc, t1.attempt_id(), call).await;
 
-    assert!(
-        matches!(
-            tool.settled.lock().unwrap().as_ref(),
-            Some(Ok(Resolved::Failed))
-        ),
-        "the app settled the call first"
-    );
     assert_eq!(service.effects().len(), 1);
     assert_eq!(service.posts().len(), 1, "nothing sent again");
     assert_eq!(service.lookups().len(), 1);
@@ -353,7 +370,6 @@ async fn a_found_effect_refused_because_another_resolver_said_not_found_is_kept_
 /// sent, and the caller must be told what is stored.
 #[tokio::test]
 async fn a_resend_after_a_not_found_meets_another_resolvers_settlement_answers_the_stored_truth() {
-    use toolledger::ledger::Resolved;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
     let service = Downstream::start(Behaviour {
@@ -368,33 +384,15 @@ async fn a_resend_after_a_not_found_meets_another_resolvers_settlement_answers_t
     first
         .mark_outcome_unknown(&t1.attempt_id(), "connection reset")
         .unwrap();
-    inner.advance(200_000);
-
-    let app = Arc::new(open_with(&path, &inner));
-    let exec = Executor::new(Arc::new(open_with(&path, &inner)), fast_config());
     let desc = ToolDescriptor {
         lookup: true,
         idempotency_key: true,
         ..ToolDescriptor::side_effect("pay", 1)
     };
-    let tool = Arc::new(AbandonDuringLookup {
-        inner: HttpTool::new(desc, Kind::Effect, &service),
-        other: app.clone(),
-        attempt: t1.attempt_id(),
-        settled: Mutex::new(None),
-    });
-    exec.register(tool.clone()).unwrap();
-    let out = exec
-        .execute(&op("o"), 0, ToolCall::custom("c1", "pay", pay))
-        .await;
+    let call = ToolCall::custom("c1", "pay", pay);
+    let (app, out) =
+        execute_while_the_app_settles(&path, &inner, &service, desc, t1.attempt_id(), call).await;
 
-    assert!(
-        matches!(
-            tool.settled.lock().unwrap().as_ref(),
-            Some(Ok(Resolved::Failed))
-        ),
-        "the app settled the call first"
-    );
     assert_eq!(service.lookups().len(), 1);
     assert_eq!(service.posts().len(), 0, "nothing sent");
     let rec = app.get(&t1.execution_id).unwrap().unwrap();
@@ -421,7 +419,6 @@ async fn a_resend_after_a_not_found_meets_another_resolvers_settlement_answers_t
 /// stored truth; nothing is sent.
 #[tokio::test]
 async fn a_batch_item_found_after_another_resolver_said_not_found_is_kept_as_evidence() {
-    use toolledger::ledger::Resolved;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
     let service = Downstream::start(Behaviour::default());
@@ -447,33 +444,15 @@ async fn a_batch_item_found_after_another_resolver_said_not_found_is_kept_as_evi
     first
         .mark_outcome_unknown(&t1.attempt_id(), "connection reset")
         .unwrap();
-    inner.advance(200_000);
-
-    let app = Arc::new(open_with(&path, &inner));
-    let exec = Executor::new(Arc::new(open_with(&path, &inner)), fast_config());
     let desc = ToolDescriptor {
         lookup: true,
         batch: BatchMode::Independent,
         ..ToolDescriptor::side_effect("invite", 1)
     };
-    let tool = Arc::new(AbandonDuringLookup {
-        inner: HttpTool::new(desc, Kind::Effect, &service),
-        other: app.clone(),
-        attempt: t1.attempt_id(),
-        settled: Mutex::new(None),
-    });
-    exec.register(tool.clone()).unwrap();
-    let out = exec
-        .execute(&op("o"), 0, ToolCall::custom("c1", "invite", args))
-        .await;
+    let call = ToolCall::custom("c1", "invite", args);
+    let (app, out) =
+        execute_while_the_app_settles(&path, &inner, &service, desc, t1.attempt_id(), call).await;
 
-    assert!(
-        matches!(
-            tool.settled.lock().unwrap().as_ref(),
-            Some(Ok(Resolved::Failed))
-        ),
-        "the app settled the batch first"
-    );
     assert_eq!(service.effects().len(), 1);
     assert_eq!(service.posts().len(), 1, "nothing sent again");
     let rec = app.get(&t1.execution_id).unwrap().unwrap();
