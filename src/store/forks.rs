@@ -655,34 +655,9 @@ pub(crate) mod tests {
     fn every_access_in_a_forked_child_is_refused_at_once() {
         // fork() in this multi-threaded test process could copy an
         // allocator lock held by another test: the scenario runs alone.
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("l.db");
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "store::forks::tests::forked_access_scenario",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("TOOLLEDGER_FORKED_ACCESS", &db)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("the scenario process never finished");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let out = child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            stdout.contains("1 passed"),
-            "the scenario failed:\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        run_alone(
+            "store::forks::tests::forked_access_scenario",
+            "TOOLLEDGER_FORKED_ACCESS",
         );
     }
 }
