@@ -122,17 +122,8 @@ fn forked_child_scenario() {
         drop(app);
         unsafe { _exit(0) };
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut status = 0;
-        let r = unsafe { waitpid(pid, &mut status, WNOHANG) };
-        if r == pid {
-            assert_eq!(status, 0, "the child exited cleanly");
-            break;
-        }
-        assert!(Instant::now() < deadline, "the forked child never exited");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let status = wait_child(pid, Duration::from_secs(20));
+    assert_eq!(status, 0, "the child exited cleanly");
     // The parent is alive and still running attempt 1. Another session of
     // the same file (the app's extension, a second process) is asked for
     // the same call.
@@ -259,23 +250,14 @@ fn forked_child_use_scenario() {
         };
         unsafe { _exit(code) };
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut status = 0;
-        let r = unsafe { waitpid(pid, &mut status, WNOHANG) };
-        if r == pid {
-            // WEXITSTATUS
-            assert_eq!(
-                (status >> 8) & 0xff,
-                0,
-                "a step of the child was not refused"
-            );
-            assert_eq!(status & 0x7f, 0, "the child was killed by a signal");
-            break;
-        }
-        assert!(Instant::now() < deadline, "the forked child never exited");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let status = wait_child(pid, Duration::from_secs(20));
+    // WEXITSTATUS
+    assert_eq!(
+        (status >> 8) & 0xff,
+        0,
+        "a step of the child was not refused"
+    );
+    assert_eq!(status & 0x7f, 0, "the child was killed by a signal");
     // Nothing the child did moved the parent's call or its session: another
     // session finds the owner alive (no takeover, no resend), the parent
     // commits its own attempt, suspends and resumes without waiting.
