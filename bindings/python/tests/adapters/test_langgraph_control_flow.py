@@ -223,35 +223,9 @@ def test_a_fork_from_before_the_tools_ran_does_not_run_them_again(runtime):
     # (update_state on it makes the fork, one step later) and runs the fork.
     # The model's message is the same one: its call is replayed, not sent
     # again.
-    from langchain_core.messages import AIMessage, ToolMessage
-    from langchain_core.tools import tool
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
+    from langchain_core.messages import ToolMessage
 
-    from toolledger.adapters.langgraph import ledger_tool
-
-    effects = []
-
-    @tool
-    def send_email(to: str) -> str:
-        """Sends an email."""
-        effects.append(current_call().execution_id)
-        return "sent"
-
-    def model(state):
-        if isinstance(state["messages"][-1], ToolMessage):
-            return {"messages": [AIMessage(content="done")]}
-        return {"messages": [AIMessage(content="", tool_calls=[
-            {"name": "send_email", "args": {"to": "a@example.com"}, "id": "call_1"}])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("model", model)
-    graph.add_node("tools", ToolNode([ledger_tool(send_email, runtime, downstream=Downstream.NEITHER)]))
-    graph.add_edge(START, "model")
-    graph.add_conditional_edges("model", tools_condition)
-    graph.add_edge("tools", "model")
-    app = graph.compile(checkpointer=InMemorySaver())
+    app, effects = _one_email_graph(runtime)
     config = {"configurable": {"thread_id": "t"}}
     app.invoke({"messages": [("user", "go")]}, config)
     assert len(effects) == 1
@@ -332,6 +306,20 @@ def test_parallel_calls_sent_one_task_each_keep_their_ids_and_replay_in_a_fork(r
 def test_a_model_message_with_a_long_id_still_names_its_calls(runtime):
     # The message id goes into the ledger's call id (at most 256 bytes): a
     # provider's long message id must not make every call refused.
+    app, effects = _one_email_graph(runtime, message_id="m" * 300)
+    config = {"configurable": {"thread_id": "t"}}
+    out = app.invoke({"messages": [("user", "go")]}, config)
+    assert out["messages"][-1].content == "done" and len(effects) == 1
+    before_tools = next(s for s in app.get_state_history(config) if s.next == ("tools",))
+    app.invoke(None, app.update_state(before_tools.config, {"messages": []}, as_node="model"))
+    assert len(effects) == 1
+
+
+def _one_email_graph(runtime, message_id=None):
+    """A model that asks for one email (its ``AIMessage`` with
+    ``message_id``, or an id ``add_messages`` gives it) and then says
+    "done", the tool through the ledger (``NEITHER``), compiled with an
+    in-memory checkpointer: (the app, the execution ids the tool ran for)."""
     from langchain_core.messages import AIMessage, ToolMessage
     from langchain_core.tools import tool
     from langgraph.checkpoint.memory import InMemorySaver
@@ -351,7 +339,7 @@ def test_a_model_message_with_a_long_id_still_names_its_calls(runtime):
     def model(state):
         if isinstance(state["messages"][-1], ToolMessage):
             return {"messages": [AIMessage(content="done")]}
-        return {"messages": [AIMessage(content="", id="m" * 300, tool_calls=[
+        return {"messages": [AIMessage(content="", id=message_id, tool_calls=[
             {"name": "send_email", "args": {"to": "a@example.com"}, "id": "call_1"}])]}
 
     graph = StateGraph(MessagesState)
@@ -360,10 +348,4 @@ def test_a_model_message_with_a_long_id_still_names_its_calls(runtime):
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", tools_condition)
     graph.add_edge("tools", "model")
-    app = graph.compile(checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": "t"}}
-    out = app.invoke({"messages": [("user", "go")]}, config)
-    assert out["messages"][-1].content == "done" and len(effects) == 1
-    before_tools = next(s for s in app.get_state_history(config) if s.next == ("tools",))
-    app.invoke(None, app.update_state(before_tools.config, {"messages": []}, as_node="model"))
-    assert len(effects) == 1
+    return graph.compile(checkpointer=InMemorySaver()), effects
