@@ -349,3 +349,101 @@ def _one_email_graph(runtime, message_id=None):
     graph.add_conditional_edges("model", tools_condition)
     graph.add_edge("tools", "model")
     return graph.compile(checkpointer=InMemorySaver()), effects
+
+
+def _chat_key_graph(runtime, **ledger_kwargs):
+    """``_one_email_graph`` with the messages under the state key ``chat``
+    (``ToolNode`` and ``tools_condition`` made with ``messages_key="chat"``),
+    the tool wrapped with ``ledger_kwargs``: (the app, the execution ids the
+    tool ran for)."""
+    from typing import Annotated
+
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, StateGraph
+    from langgraph.graph.message import add_messages
+    from langgraph.prebuilt import ToolNode, tools_condition
+    from typing_extensions import TypedDict
+
+    from toolledger.adapters.langgraph import ledger_tool
+
+    class Chat(TypedDict):
+        chat: Annotated[list, add_messages]
+
+    effects = []
+
+    @tool
+    def send_email(to: str) -> str:
+        """Sends an email."""
+        effects.append(current_call().execution_id)
+        return "sent"
+
+    def model(state):
+        if isinstance(state["chat"][-1], ToolMessage):
+            return {"chat": [AIMessage(content="done")]}
+        return {"chat": [AIMessage(content="", tool_calls=[
+            {"name": "send_email", "args": {"to": "a@example.com"}, "id": "call_1"}])]}
+
+    graph = StateGraph(Chat)
+    graph.add_node("model", model)
+    graph.add_node("tools", ToolNode([ledger_tool(send_email, runtime, downstream=Downstream.NEITHER,
+                                                  **ledger_kwargs)], messages_key="chat"))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", lambda s: tools_condition(s, messages_key="chat"))
+    graph.add_edge("tools", "model")
+    return graph.compile(checkpointer=InMemorySaver()), effects
+
+
+def _run_and_fork(app):
+    """Runs the graph to the end, then forks from the checkpoint where the
+    tools were next and runs the fork (as in the fork test above)."""
+    config = {"configurable": {"thread_id": "t"}}
+    app.invoke({"chat": [("user", "go")]}, config)
+    before_tools = next(s for s in app.get_state_history(config) if s.next == ("tools",))
+    fork = app.update_state(before_tools.config, {"chat": []}, as_node="model")
+    return app.invoke(None, fork)
+
+
+def test_a_tool_node_with_its_own_messages_key_is_protected_when_the_key_is_given(runtime, caplog):
+    from langchain_core.messages import ToolMessage
+
+    app, effects = _chat_key_graph(runtime, messages_key="chat")
+    with caplog.at_level("WARNING", logger="toolledger.adapters"):
+        forked = _run_and_fork(app)
+    assert [(m.tool_call_id, m.content) for m in forked["chat"] if isinstance(m, ToolMessage)] == [
+        ("call_1", "sent")]
+    assert len(effects) == 1, effects
+    assert "@" in effects[0]  # named by the model's message, not the step
+    assert not [r for r in caplog.records if "named by the step" in r.getMessage()]
+
+
+def test_a_graph_without_the_messages_key_is_named_by_the_step_and_says_so(runtime, caplog):
+    # The ToolNode reads "chat"; the ledger tool, not told, finds no
+    # "messages" state: its calls are named by the step, which a fork moves,
+    # so the fork sends the email again. Logged once, naming the fix.
+    app, effects = _chat_key_graph(runtime)
+    with caplog.at_level("WARNING", logger="toolledger.adapters"):
+        _run_and_fork(app)
+    assert len(effects) == 2, effects
+    warnings = [r.getMessage() for r in caplog.records if "named by the step" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "messages_key" in warnings[0] and "'messages'" in warnings[0]
+
+
+@pytest.mark.parametrize("bad", ["", None, 3])
+def test_a_bad_messages_key_is_refused_before_anything_is_registered(runtime, bad):
+    from langchain_core.tools import tool
+
+    from toolledger.adapters.langgraph import ledger_tool
+
+    @tool
+    def send_email(to: str) -> str:
+        """Sends an email."""
+        return "sent"
+
+    with pytest.raises(ValueError, match="messages_key"):
+        ledger_tool(send_email, runtime, downstream=Downstream.KEY, messages_key=bad)
+    assert not runtime.registered("send_email")
+    ledger_tool(send_email, runtime, downstream=Downstream.KEY)  # the name is still free
+    assert runtime.registered("send_email")

@@ -15,13 +15,17 @@ arguments)``:
 * operation = ``langgraph:<thread_id>`` (with the parent graph's namespace
   for a tool called inside a subgraph);
 * round = 0, and call id = ``<tool-call id>@<message id>@<digest>``: the id
-  of the ``AIMessage`` in the graph's ``messages`` state that holds the call
+  of the ``AIMessage`` in the graph's ``messages`` state (or the key given as
+  ``ledger_tool(..., messages_key=...)``, for a ``ToolNode`` made with its own
+  ``messages_key``) that holds the call
   (``add_messages`` gives every message one; one longer than 64 characters
   by 32 hex digits of its SHA-256) and the first 16 hex digits of the
   SHA-256 of the model's arguments;
 * outside a graph (the tool invoked by hand with a ``langgraph_step``), or
-  with no ``messages`` state holding the call: round = the graph's step
-  (``langgraph_step``), call id = the model's tool-call id.
+  with no message holding the call under that key: round = the graph's step
+  (``langgraph_step``), call id = the model's tool-call id (inside a graph
+  logged once per tool as a warning: those calls are not protected against
+  a re-run at a later step, below).
 
 A graph resumed from its checkpointer (``graph.invoke(None, config)`` after a
 crash) runs the tools node again with the same ``AIMessage``: same
@@ -58,6 +62,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from typing import Any, Callable, Optional
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict, messages_to_dict
@@ -88,6 +93,8 @@ from ._core import (  # noqa: F401
 if GraphInterrupt not in _driven.CONTROL_FLOW:
     _driven.CONTROL_FLOW = _driven.CONTROL_FLOW + (GraphInterrupt,)
 
+log = logging.getLogger("toolledger.adapters")
+
 TESTED_VERSIONS = {"langgraph": "1.2.22", "langchain-core": "1.8.1", "langgraph-prebuilt": "1.1.3"}
 
 _CONFIG_KEYS = frozenset(CONFIG_KEYS)
@@ -108,6 +115,7 @@ def ledger_tool(
     lookup: Optional[Callable[[dict, Any], Any]] = None,
     version: int = 1,
     landing_window_ms: Optional[int] = None,
+    messages_key: str = _MESSAGES_KEY,
 ) -> BaseTool:
     """Wraps a side-effecting LangChain tool (``@tool`` or any ``BaseTool``)
     so that each call runs through ``runtime``'s executor. Use the returned
@@ -115,7 +123,16 @@ def ledger_tool(
 
     ``lookup(args, call)`` (for ``Downstream.LOOKUP``) returns what the tool
     would have returned for the effect made under ``call.downstream_key``
-    (a string, or a ``ToolMessage``), or None when there is none."""
+    (a string, or a ``ToolMessage``), or None when there is none.
+
+    ``messages_key`` is the state key that holds the model's messages: the
+    ``ToolNode``'s own ``messages_key`` when it was made with one. A call is
+    named by the model's message there; a graph with no such key names its
+    calls by the step, and then a call the tools node runs again at a later
+    step (after ``update_state``, in a fork) is sent again (logged once per
+    tool as a warning)."""
+    if not isinstance(messages_key, str) or not messages_key:
+        raise ValueError(f"ledger_tool({tool.name!r}): messages_key must be a non-empty str, not {messages_key!r}")
 
     def run_detached(args: dict) -> Any:
         # Only when no caller waits (recover() resending under the key).
@@ -140,6 +157,7 @@ def ledger_tool(
         args_schema=tool.args_schema,
         inner=tool,
         runtime=runtime,
+        messages_key=messages_key,
         return_direct=tool.return_direct,
     )
 
@@ -151,6 +169,10 @@ class LedgerTool(BaseTool):
 
     inner: BaseTool
     runtime: Any
+    messages_key: str = _MESSAGES_KEY
+    # Whether the warning that a call inside a graph is named by the step
+    # (no messages state under `messages_key` holding it) was logged.
+    _warned_step_naming: bool = PrivateAttr(default=False)
     # The names of the arguments the model sends (`_arguments`), read from
     # the inner tool's schema once: building that schema costs more than
     # the rest of a call's identity.
@@ -175,7 +197,10 @@ class LedgerTool(BaseTool):
         parent = namespace.rsplit("|", 1)[0] if "|" in namespace else ""
         operation = f"langgraph:{thread_id}" + (f"|{parent}" if parent else "")
         arguments = self._arguments(call.get("args") or {})
-        response = _model_response_id(configurable, str(call_id))
+        response = _model_response_id(configurable, str(call_id), self.messages_key)
+        if response is _IN_NO_MESSAGES:
+            self._warn_step_naming()
+            response = None
         if response is not None:
             # The model's message names the call, not the step: the same
             # message after a resume, an edit of the state or a fork (which
@@ -187,6 +212,16 @@ class LedgerTool(BaseTool):
                 response = hashlib.sha256(response.encode("utf-8", "surrogatepass")).hexdigest()[:32]
             return operation, 0, f"{call_id}@{response}@{digest}", arguments
         return operation, int(step), str(call_id), arguments
+
+    def _warn_step_naming(self) -> None:
+        if not self._warned_step_naming:
+            self._warned_step_naming = True
+            log.warning(
+                "ledger tool %s: the graph's state has no message holding the call under %r, so its calls "
+                "are named by the step: one the tools node runs again at a later step (after update_state, "
+                "in a fork) is sent again. Pass ledger_tool(..., messages_key=...) the ToolNode's messages_key.",
+                self.name, self.messages_key,
+            )
 
     def _arguments(self, args: dict) -> str:
         # What the model sent: injected arguments (state, store, runtime) are
@@ -284,27 +319,32 @@ def _recorded(output: Any, call_id: str, produced: list) -> Any:
     return text
 
 
-def _model_response_id(configurable: dict, call_id: str) -> Optional[str]:
-    """The id of the model's message (``AIMessage``) in the graph's
-    ``messages`` state that holds the tool call ``call_id``, read the way
+# What `_model_response_id` answers inside a graph whose state has no
+# message holding the call under the key.
+_IN_NO_MESSAGES = object()
+
+
+def _model_response_id(configurable: dict, call_id: str, messages_key: str) -> Any:
+    """The id of the model's message (``AIMessage``) in the graph's state
+    under ``messages_key`` that holds the tool call ``call_id``, read the way
     ``ToolNode`` reads a graph's state (the task's ``CONFIG_KEY_READ``); None
-    outside a graph, without a ``messages`` channel or when no message with
-    an id holds the call."""
+    outside a graph, ``_IN_NO_MESSAGES`` inside one without that channel or
+    when no message with an id there holds the call."""
     read = configurable.get(CONFIG_KEY_READ) if CONFIG_KEY_READ is not None else None
     if read is None:
         return None
     try:
-        messages = read(_MESSAGES_KEY)
+        messages = read(messages_key)
     except Exception:  # noqa: BLE001 - no such channel: the step names the round
-        return None
+        return _IN_NO_MESSAGES
     if not isinstance(messages, (list, tuple)):
-        return None
+        return _IN_NO_MESSAGES
     for message in reversed(messages):
         if isinstance(message, AIMessage) and message.id:
             for tool_call in message.tool_calls:
                 if tool_call.get("id") == call_id:
                     return str(message.id)
-    return None
+    return _IN_NO_MESSAGES
 
 
 def _identity_sources(config: Optional[RunnableConfig]) -> tuple[dict, dict]:
