@@ -131,6 +131,8 @@ def test_mcp_a_tool_declared_again_otherwise_is_refused_not_ignored(runtime):
                 with pytest.raises(OutcomeUnknown):
                     await other.call_tool(session, "send_email", {"to": "a"}, operation_id="conv:1", round=0,
                                           call_id="call_1", read_timeout_seconds=0.1)
+                # The JSON-RPC id noted for the request that raised is not kept.
+                assert other._jsonrpc_ids == {}
                 await asyncio.sleep(0.6)  # the late first request finishes server-side
 
     asyncio.run(asyncio.wait_for(main(), 30))

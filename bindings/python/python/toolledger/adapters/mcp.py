@@ -219,8 +219,10 @@ class MCPLedger:
                 meta[META_IDEMPOTENCY_KEY] = call.downstream_key
             else:
                 meta = {META_EXECUTION_ID: execution_id, META_IDEMPOTENCY_KEY: call.downstream_key}
-            result = await session.call_tool(name, arguments, meta=meta, **kwargs)
-            jsonrpc_id = self._jsonrpc_ids.pop(execution_id, None)
+            try:
+                result = await session.call_tool(name, arguments, meta=meta, **kwargs)
+            finally:  # the id noted for this request, whether or not an answer came
+                jsonrpc_id = self._jsonrpc_ids.pop(execution_id, None)
             # {"result": <the result as MCP writes it>, "jsonrpc_id": <id>},
             # the result serialised by pydantic in one step.
             text = _JsonText(
