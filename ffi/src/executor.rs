@@ -56,6 +56,17 @@ impl ToolExecutor {
         self.inner.metrics().into()
     }
 
+    /// The configured `perform_timeout_ms` (`None`: no bound): how long one
+    /// attempt of a tool may take before its outcome is unknown. A language
+    /// layer that runs a suspending tool itself, through the caller-driven
+    /// steps, bounds the tool by it as the library bounds the tools it calls.
+    pub fn perform_timeout_ms(&self) -> Option<u64> {
+        self.inner
+            .config()
+            .perform_timeout
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
     /// Applies a webhook event to its execution exactly once (a repeated
     /// `(source, event_id)` is ignored).
     ///

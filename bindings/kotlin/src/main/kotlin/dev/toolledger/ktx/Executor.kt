@@ -38,7 +38,8 @@ import kotlinx.coroutines.withContext
  * [execute] (no hop when the caller is already there; none for a replay
  * the library answers at once) or on the calling thread for
  * [executeBlocking], through the library's caller-driven steps: no hop to
- * the library's threads and no callback into the JVM.
+ * the library's threads and no callback into the JVM. So is a
+ * [CallerTool] (a tool that suspends) by [execute], on [dispatcher].
  *
  * A string argument with an unpaired UTF-16 surrogate (half an emoji, from
  * `take(n)`), which the generated methods refuse with a
@@ -61,6 +62,12 @@ class Executor @JvmOverloads constructor(
 
     /** The registered tools this layer runs itself, by name. */
     private val syncTools = ConcurrentHashMap<String, SyncTool>()
+
+    /** The registered [CallerTool]s, which [execute] runs in the calling coroutine, by name. */
+    private val callerTools = ConcurrentHashMap<String, CallerTool>()
+
+    /** The executor's `performTimeoutMs`, which bounds a [CallerTool]'s attempt (null: no bound). */
+    private val performTimeoutMs: Long? = executor.performTimeoutMs()?.toSigned()
 
     /** Calls of this layer's [SyncTool]s in progress (see [close]). */
     private val walks = java.util.concurrent.atomic.AtomicInteger(0)
@@ -99,6 +106,9 @@ class Executor @JvmOverloads constructor(
         if (tool is SyncTool && tool.descriptor().batch == BatchMode.ATOMIC) {
             syncTools[tool.descriptor().name] = tool
         }
+        if (tool is CallerTool && tool.descriptor().batch == BatchMode.ATOMIC) {
+            callerTools[tool.descriptor().name] = tool
+        }
     }
 
     /**
@@ -125,7 +135,9 @@ class Executor @JvmOverloads constructor(
      */
     suspend fun execute(operationId: String, round: Int, call: ToolCall): CallOutcome {
         checkUtf16(operationId, call)
-        val tool = syncTools[call.toolName] ?: return started { executor.execute(operationId, round.toU("round"), call) }
+        val tool = syncTools[call.toolName]
+            ?: return callerTools[call.toolName]?.let { executeInCaller(operationId, round, call, it) }
+                ?: started { executor.execute(operationId, round.toU("round"), call) }
         val r = round.toU("round")
         val caller = currentCoroutineContext()[Job]
         return walking {
@@ -143,6 +155,35 @@ class Executor @JvmOverloads constructor(
                             CancellationException("the caller was cancelled before the tool ran; nothing was sent")
                         } else {
                             threadInterrupted()
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /**
+     * [execute] for a [CallerTool]: a replay answered in place as for a
+     * [SyncTool]; otherwise the whole walk ([driveSuspending]: `start`, the
+     * tool, its report) on [dispatcher] in this coroutine's context.
+     */
+    private suspend fun executeInCaller(operationId: String, round: Int, call: ToolCall, tool: CallerTool): CallOutcome {
+        val r = round.toU("round")
+        val caller = currentCoroutineContext()[Job]
+        return walking {
+            val now = DirectSteps.startNow(executor, operationId, r, call)
+            if (now is CallerStep.Done) {
+                now.outcome
+            } else {
+                // A cancelled coroutine starts nothing.
+                currentCoroutineContext().ensureActive()
+                withContext(dispatcher + NonCancellable) {
+                    val first = now ?: DirectSteps.start(executor, operationId, r, call)
+                    driveSuspending(executor, first, tool, performTimeoutMs) {
+                        if (caller?.isCancelled == true) {
+                            CancellationException("the caller was cancelled before the tool ran; nothing was sent")
+                        } else {
+                            null
                         }
                     }
                 }

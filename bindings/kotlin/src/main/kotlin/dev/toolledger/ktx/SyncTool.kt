@@ -141,7 +141,7 @@ private fun isInterruption(e: Throwable): Boolean =
  * recorded to report. A failure of the report is attached to [e], never
  * thrown in its place.
  */
-private fun interrupted(executor: ToolExecutor, attempt: CallerAttempt, e: Throwable): Nothing {
+internal fun interrupted(executor: ToolExecutor, attempt: CallerAttempt, e: Throwable): Nothing {
     if (!attempt.readOnly) {
         runCatching {
             executor.reportInterrupted(attempt.request.executionId, attempt.request.attempt, INTERRUPTED)
@@ -157,7 +157,7 @@ private fun interrupted(executor: ToolExecutor, attempt: CallerAttempt, e: Throw
  * retryable; a same-key resend back to unknown), and [e] is thrown, a
  * failure of that record attached as suppressed.
  */
-private fun abandon(executor: ToolExecutor, attempt: CallerAttempt, e: Throwable): Nothing {
+internal fun abandon(executor: ToolExecutor, attempt: CallerAttempt, e: Throwable): Nothing {
     if (!attempt.readOnly) {
         runCatching {
             executor.abandonAttempt(attempt.request.executionId, attempt.request.attempt, NOT_RUN)

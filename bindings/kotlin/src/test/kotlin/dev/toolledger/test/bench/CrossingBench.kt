@@ -17,7 +17,10 @@
 // `driven_suspend_from_default` (the same `execute` from a coroutine that
 // already runs on `Dispatchers.Default`, as an agent loop in a worker
 // coroutine does: `Dispatchers.IO` shares its threads, so the switch needs
-// no other thread; each call is timed inside that coroutine).
+// no other thread; each call is timed inside that coroutine), and
+// `caller_tool_suspend` / `caller_tool_from_default`: the same two for a
+// CallerTool (a suspending tool that ktx `execute` runs in the calling
+// coroutine through the caller-driven steps).
 // Also printed: the heap bytes each way allocates per call on the calling
 // thread, the garbage collections (count, ms) and the JIT's compile time
 // while measuring; for every way (Rust's too) p99/p50 and how many of the
@@ -42,6 +45,7 @@ import dev.toolledger.ToolCall
 import dev.toolledger.ToolExecutor
 import dev.toolledger.ToolRequest
 import dev.toolledger.Begin
+import dev.toolledger.ktx.CallerTool
 import dev.toolledger.ktx.Executor
 import dev.toolledger.ktx.SuspendLedger
 import dev.toolledger.ktx.SyncTool
@@ -58,6 +62,11 @@ private val OK = PerformOutcome.Committed(resultJson = "\"ok\"", externalId = nu
 
 private class Noop(name: String, effect: EffectClass) :
     Tool(toolDescriptor(name, effect, idempotencyKey = effect == EffectClass.SIDE_EFFECT)) {
+    override suspend fun perform(request: ToolRequest) = OK
+}
+
+private class NoopCaller(name: String, effect: EffectClass) :
+    CallerTool(toolDescriptor(name, effect, idempotencyKey = effect == EffectClass.SIDE_EFFECT)) {
     override suspend fun perform(request: ToolRequest) = OK
 }
 
@@ -107,7 +116,10 @@ fun main(args: Array<String>) {
     generated.register(Noop("noop_read", EffectClass.READ_ONLY))
     val ktx = if (callbacksOnly) null else Executor(
         SuspendLedger(native),
-        tools = listOf(NoopSync("noop_sync", EffectClass.SIDE_EFFECT), NoopSync("noop_read_sync", EffectClass.READ_ONLY)),
+        tools = listOf(
+            NoopSync("noop_sync", EffectClass.SIDE_EFFECT), NoopSync("noop_read_sync", EffectClass.READ_ONLY),
+            NoopCaller("noop_caller", EffectClass.SIDE_EFFECT), NoopCaller("noop_read_caller", EffectClass.READ_ONLY),
+        ),
     )
     // The same executor's SyncTool calls through one dedicated thread
     // instead of Dispatchers.IO (`driven_suspend_own_thread`): whether a
@@ -148,8 +160,10 @@ fun main(args: Array<String>) {
 
     val replayed = call("replayed", "noop")
     val replayedSync = call("replayed", "noop_sync")
+    val replayedCaller = call("replayed", "noop_caller")
     callback(replayed)
     ktx?.let { blocking(replayedSync) }
+    ktx?.let { suspending(replayedCaller) }
     val variants = linkedMapOf<String, List<Pair<String, () -> Unit>>>(
         "ledger" to listOf("kotlin" to ::ledgerOnce),
         "executor" to listOfNotNull(
@@ -158,6 +172,8 @@ fun main(args: Array<String>) {
             ktx?.let { "kotlin_driven_suspend" to { suspending(call(newId(), "noop_sync")) } },
             ktx?.let { "kotlin_driven_suspend_own_thread" to { ownThread(call(newId(), "noop_sync")) } },
             ktx?.let { "kotlin_driven_suspend_from_default" to fromDefault { call(newId(), "noop_sync") } },
+            ktx?.let { "kotlin_caller_tool_suspend" to { suspending(call(newId(), "noop_caller")) } },
+            ktx?.let { "kotlin_caller_tool_from_default" to fromDefault { call(newId(), "noop_caller") } },
         ),
         "replay" to listOfNotNull(
             "kotlin_callback" to { callback(replayed) },
@@ -165,6 +181,8 @@ fun main(args: Array<String>) {
             ktx?.let { "kotlin_driven_suspend" to { suspending(replayedSync) } },
             ktx?.let { "kotlin_driven_suspend_own_thread" to { ownThread(replayedSync) } },
             ktx?.let { "kotlin_driven_suspend_from_default" to fromDefault { replayedSync } },
+            ktx?.let { "kotlin_caller_tool_suspend" to { suspending(replayedCaller) } },
+            ktx?.let { "kotlin_caller_tool_from_default" to fromDefault { replayedCaller } },
         ),
         "read_only" to listOfNotNull(
             "kotlin_callback" to { callback(call("read", "noop_read")) },
@@ -172,9 +190,15 @@ fun main(args: Array<String>) {
             ktx?.let { "kotlin_driven_suspend" to { suspending(call("read", "noop_read_sync")) } },
             ktx?.let { "kotlin_driven_suspend_own_thread" to { ownThread(call("read", "noop_read_sync")) } },
             ktx?.let { "kotlin_driven_suspend_from_default" to fromDefault { call("read", "noop_read_sync") } },
+            ktx?.let { "kotlin_caller_tool_suspend" to { suspending(call("read", "noop_read_caller")) } },
+            ktx?.let { "kotlin_caller_tool_from_default" to fromDefault { call("read", "noop_read_caller") } },
         ),
     )
-    batched.addAll(listOf("executor", "replay", "read_only").map { "${it}_kotlin_driven_suspend_from_default" })
+    batched.addAll(
+        listOf("executor", "replay", "read_only").flatMap {
+            listOf("${it}_kotlin_driven_suspend_from_default", "${it}_kotlin_caller_tool_from_default")
+        },
+    )
     val hop = listOf("kotlin_hop" to { runBlocking { withContext(Dispatchers.IO) { } } })
     // Warm-up: the JIT compiles the paths before anything is measured —
     // rounds of every way until a round keeps the compiler busy for less

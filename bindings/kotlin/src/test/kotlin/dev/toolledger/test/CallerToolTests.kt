@@ -1,0 +1,287 @@
+// A CallerTool (a suspending tool) run by the suspending Executor.execute in
+// the calling coroutine through the caller-driven steps: it sees the
+// caller's context, runs once per call, a repeat replays, a caller
+// cancelled while it runs loses only the answer, an exception is an unknown
+// outcome (a key tool is resent under the same key, a lookup tool looked
+// up, a neither tool answers Unknown), the perform timeout holds, an Error
+// is rethrown with the attempt recorded. Effects are counted at the
+// downstream.
+package dev.toolledger.test
+
+import dev.toolledger.CallOutcome
+import dev.toolledger.ExecutionStatus
+import dev.toolledger.LedgerException
+import dev.toolledger.LookupOutcome
+import dev.toolledger.PerformOutcome
+import dev.toolledger.ToolRequest
+import dev.toolledger.ktx.CallerTool
+import dev.toolledger.ktx.Executor
+import dev.toolledger.ktx.SuspendLedger
+import dev.toolledger.ktx.executorConfig
+import dev.toolledger.ktx.toolDescriptor
+import java.util.concurrent.Executors
+import java.util.concurrent.atomic.AtomicInteger
+import kotlin.test.assertEquals
+import kotlin.test.assertFailsWith
+import kotlin.test.assertFalse
+import kotlin.test.assertIs
+import kotlin.test.assertTrue
+import kotlinx.coroutines.CompletableDeferred
+import kotlinx.coroutines.CoroutineName
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.async
+import kotlinx.coroutines.asCoroutineDispatcher
+import kotlinx.coroutines.awaitAll
+import kotlinx.coroutines.awaitCancellation
+import kotlinx.coroutines.cancelAndJoin
+import kotlinx.coroutines.currentCoroutineContext
+import kotlinx.coroutines.delay
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.withContext
+
+/**
+ * `send_email` as a [CallerTool]. [failFirst] is thrown by the first
+ * perform after its effect (the request went out, the answer was lost);
+ * [hangFirst] makes the first perform suspend forever after its effect;
+ * [gate], when set, is awaited before the effect.
+ */
+private class SuspendSend(
+    val downstream: Downstream,
+    private val idempotencyKey: Boolean = false,
+    canLookup: Boolean = false,
+    private val failFirst: Throwable? = null,
+    private val hangFirst: Boolean = false,
+    val gate: CompletableDeferred<Unit>? = null,
+) : CallerTool(toolDescriptor("send_email", idempotencyKey = idempotencyKey, lookup = canLookup)) {
+    val calls = AtomicInteger()
+    val lookups = AtomicInteger()
+    val keys: MutableList<String> = java.util.Collections.synchronizedList(mutableListOf())
+
+    /** The coroutine name the last perform saw. */
+    @Volatile
+    var sawName: String? = null
+
+    /** The thread of the last perform. */
+    @Volatile
+    var sawThread: Thread? = null
+
+    /** Set when a perform ran to its end. */
+    val finished = AtomicInteger()
+
+    override suspend fun perform(request: ToolRequest): PerformOutcome {
+        val n = calls.incrementAndGet()
+        sawName = currentCoroutineContext()[CoroutineName]?.name
+        sawThread = Thread.currentThread()
+        keys.add(request.downstreamKey)
+        gate?.await()
+        val id = withContext(Dispatchers.IO) {
+            if (idempotencyKey) downstream.find(request.downstreamKey) ?: downstream.perform(request.downstreamKey)
+            else downstream.perform(request.downstreamKey)
+        }
+        if (n == 1 && failFirst != null) throw failFirst
+        if (n == 1 && hangFirst) awaitCancellation()
+        finished.incrementAndGet()
+        return PerformOutcome.Committed(resultJson = sentJson(id), externalId = id)
+    }
+
+    override suspend fun lookup(request: ToolRequest): LookupOutcome {
+        lookups.incrementAndGet()
+        val id = withContext(Dispatchers.IO) { downstream.find(request.downstreamKey) } ?: return LookupOutcome.NotFound
+        return LookupOutcome.Found(resultJson = sentJson(id), externalId = id)
+    }
+}
+
+val callerToolTests = listOf(
+    test("CallerTool: runs once in the calling coroutine, a repeat replays with no effect") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = SuspendSend(downstream, idempotencyKey = true)
+        val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
+        val done = withContext(CoroutineName("app-call")) {
+            assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
+        }
+        assertFalse(done.replayed)
+        assertEquals("app-call", tool.sawName, "the tool did not run in the caller's coroutine")
+        assertEquals(ExecutionStatus.COMMITTED, ledger.get(done.executionId)!!.status)
+        repeat(3) {
+            val again = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
+            assertTrue(again.replayed)
+            assertEquals(done.resultJson, again.resultJson)
+        }
+        assertEquals(1, tool.calls.get())
+        assertEquals(1, downstream.count())
+        assertEquals(1u, ledger.get(done.executionId)!!.attemptCount)
+    },
+
+    test("CallerTool: called from the app's main thread, it runs on the executor's dispatcher and the main thread stays free") {
+        val downstream = downstream()
+        val steps = Executors.newSingleThreadExecutor { Thread(it, "ledger-steps").apply { isDaemon = true } }
+        val main = Executors.newSingleThreadExecutor { Thread(it, "app-main").apply { isDaemon = true } }
+        try {
+            val ledger = closeAfter(SuspendLedger.open(ledgerPath, dispatcher = steps.asCoroutineDispatcher()))
+            val gate = CompletableDeferred<Unit>()
+            val tool = SuspendSend(downstream, gate = gate)
+            val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
+            val ticks = AtomicInteger()
+            val done = withContext(main.asCoroutineDispatcher()) {
+                val ticker = launch { while (true) { delay(10); ticks.incrementAndGet() } }
+                val call = async { executor.execute("op_1", 0, emailCall()) }
+                while (tool.calls.get() == 0) delay(5)
+                val before = ticks.get()
+                delay(200)
+                val during = ticks.get() - before
+                gate.complete(Unit)
+                val outcome = call.await()
+                ticker.cancel()
+                assertTrue(during > 5, "the main thread was held while the tool ran ($during ticks)")
+                outcome
+            }
+            assertIs<CallOutcome.Completed>(done)
+            assertEquals("ledger-steps", tool.sawThread!!.name)
+            assertEquals(1, downstream.count())
+        } finally {
+            steps.shutdown()
+            main.shutdown()
+        }
+    },
+
+    test("CallerTool: eight coroutines racing one call get one perform and one effect") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val gate = CompletableDeferred<Unit>()
+        val tool = SuspendSend(downstream, gate = gate)
+        val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
+        val outcomes = withContext(Dispatchers.Default) {
+            val calls = (1..8).map { async { executor.execute("op_1", 0, emailCall()) } }
+            delay(200)
+            gate.complete(Unit)
+            calls.awaitAll()
+        }
+        assertEquals(1, tool.calls.get())
+        assertEquals(1, downstream.count())
+        val completed = outcomes.filterIsInstance<CallOutcome.Completed>()
+        assertTrue(completed.isNotEmpty())
+        assertTrue(outcomes.all { it is CallOutcome.Completed || it is CallOutcome.InFlight }, "$outcomes")
+        assertEquals(1, completed.map { it.resultJson }.toSet().size)
+    },
+
+    test("CallerTool: a caller cancelled while the tool runs loses only the answer; the call is committed") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val gate = CompletableDeferred<Unit>()
+        val tool = SuspendSend(downstream, idempotencyKey = true, gate = gate)
+        val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
+        withContext(Dispatchers.Default) {
+            val job = launch { executor.execute("op_1", 0, emailCall()) }
+            while (tool.calls.get() == 0) delay(5)
+            val cancelled = launch { job.cancelAndJoin() }
+            delay(100)
+            assertFalse(cancelled.isCompleted, "the caller's coroutine ended while its tool ran")
+            gate.complete(Unit)
+            cancelled.join()
+        }
+        assertEquals(1, tool.finished.get())
+        val again = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
+        assertTrue(again.replayed, "the cancelled caller's call was not committed")
+        assertEquals(1, tool.calls.get())
+        assertEquals(1, downstream.count())
+    },
+
+    test("CallerTool: a caller cancelled before it calls runs nothing and records nothing") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = SuspendSend(downstream)
+        val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
+        withContext(Dispatchers.Default) {
+            val job = launch {
+                currentCoroutineContext()[kotlinx.coroutines.Job]!!.cancel()
+                executor.execute("op_1", 0, emailCall())
+            }
+            job.join()
+        }
+        assertEquals(0, tool.calls.get())
+        assertEquals(0, downstream.count())
+        assertEquals(0, ledger.list("op_1").size)
+    },
+
+    test("CallerTool: a key tool that threw after its effect is resent under the same key, one effect") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = SuspendSend(downstream, idempotencyKey = true, failFirst = IllegalStateException("connection reset"))
+        val executor = closeAfter(Executor(ledger, executorConfig(backoffBaseMs = 1, backoffMaxMs = 2), listOf(tool)))
+        val done = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
+        assertEquals(2, tool.calls.get())
+        assertEquals(1, tool.keys.toSet().size, "the resend used another key: ${tool.keys}")
+        assertEquals(1, downstream.count())
+        assertEquals(sentJson("msg_1"), done.resultJson)
+    },
+
+    test("CallerTool: a lookup tool that threw after its effect is looked up, not resent") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = SuspendSend(downstream, canLookup = true, failFirst = IllegalStateException("connection reset"))
+        val executor = closeAfter(Executor(ledger, executorConfig(backoffBaseMs = 1, backoffMaxMs = 2), listOf(tool)))
+        val done = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
+        assertEquals(1, tool.calls.get())
+        assertEquals(1, tool.lookups.get())
+        assertEquals(1, downstream.count())
+        assertEquals(sentJson("msg_1"), done.resultJson)
+    },
+
+    test("CallerTool: a neither tool that threw after its effect answers Unknown and is never resent") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = SuspendSend(downstream, failFirst = IllegalStateException("connection reset"))
+        val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
+        val unknown = assertIs<CallOutcome.Unknown>(executor.execute("op_1", 0, emailCall()))
+        assertTrue("IllegalStateException" in unknown.reason, unknown.reason)
+        assertIs<CallOutcome.Unknown>(executor.execute("op_1", 0, emailCall()))
+        assertEquals(1, tool.calls.get())
+        assertEquals(1, downstream.count())
+        assertEquals(ExecutionStatus.OUTCOME_UNKNOWN, ledger.get(unknown.executionId)!!.status)
+    },
+
+    test("CallerTool: the perform timeout cancels a tool that does not answer; the outcome is unknown") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = SuspendSend(downstream, hangFirst = true)
+        val executor = closeAfter(Executor(ledger, executorConfig(performTimeoutMs = 300), listOf(tool)))
+        val started = System.nanoTime()
+        val unknown = assertIs<CallOutcome.Unknown>(executor.execute("op_1", 0, emailCall()))
+        val waitedMs = (System.nanoTime() - started) / 1_000_000
+        assertTrue(waitedMs in 250..10_000, "waited $waitedMs ms")
+        assertTrue("timed out" in unknown.reason, unknown.reason)
+        assertEquals(ExecutionStatus.OUTCOME_UNKNOWN, ledger.get(unknown.executionId)!!.status)
+        assertEquals(1, tool.calls.get())
+        assertEquals(0, tool.finished.get())
+        assertEquals(1, downstream.count())
+    },
+
+    test("CallerTool: an Error from the tool is rethrown, the attempt recorded unknown, nothing resent") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = SuspendSend(downstream, idempotencyKey = true, failFirst = StackOverflowError("deep"))
+        val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
+        assertFailsWith<StackOverflowError> { executor.execute("op_1", 0, emailCall()) }
+        assertEquals(1, tool.calls.get())
+        val stored = ledger.list("op_1").single()
+        assertEquals(ExecutionStatus.OUTCOME_UNKNOWN, stored.status)
+        // The next ask resends under the same key: still one effect.
+        val done = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
+        assertEquals(2, tool.calls.get())
+        assertEquals(1, downstream.count())
+        assertEquals(sentJson("msg_1"), done.resultJson)
+    },
+
+    test("CallerTool: bad input is refused before anything is recorded") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = SuspendSend(downstream)
+        val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
+        assertFailsWith<LedgerException.InvalidInput> { executor.execute("op_1", -1, emailCall()) }
+        assertFailsWith<LedgerException.InvalidInput> { executor.execute("op_1", 0, emailCall().copy(arguments = "{not json")) }
+        assertFailsWith<LedgerException.InvalidInput> { executor.execute("op_\uD83D", 0, emailCall()) }
+        assertEquals(0, tool.calls.get())
+        assertEquals(0, ledger.list("op_1").size)
+    },
+)
