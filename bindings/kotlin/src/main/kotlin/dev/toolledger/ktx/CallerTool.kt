@@ -35,9 +35,13 @@ import kotlinx.coroutines.withTimeoutOrNull
  * Once [perform] has started it runs to its end even if the calling
  * coroutine is cancelled (only the answer is lost, as for the library's own
  * calls; the caller's coroutine ends when the tool has); a caller cancelled
- * before that runs nothing. [perform] and [lookup] are bounded by the
- * executor's `performTimeoutMs`: past it the tool's coroutine is cancelled
- * and the outcome is unknown. An exception from [perform] means the outcome
+ * before that runs nothing, and so does one cancelled during a retry's
+ * backoff. [perform] and [lookup] are bounded by the executor's
+ * `performTimeoutMs` where they suspend: past it the tool's coroutine is
+ * cancelled and the outcome is unknown. Cancellation is cooperative: code
+ * that blocks a thread (a read with no deadline) cannot be stopped, and the
+ * call is `InFlight` to other callers until it returns (nothing is resent
+ * meanwhile); keep such code's own deadlines. An exception from [perform] means the outcome
  * is unknown (the request may have gone out); an [Error] is rethrown after
  * the attempt is recorded as interrupted. The library still calls
  * [perform] / [lookup] itself when no caller waits (`recover`, `approve`,
@@ -62,7 +66,7 @@ internal suspend fun driveSuspending(
     gaveUp: () -> Throwable?,
 ): CallOutcome {
     var step = first
-    repeat(MAX_SUSPENDING_STEPS) {
+    repeat(MAX_STEPS) {
         step = when (val s = step) {
             is CallerStep.Done -> return s.outcome
             is CallerStep.Perform -> {
@@ -100,21 +104,30 @@ internal suspend fun driveSuspending(
                 }
             }
             is CallerStep.Retry -> {
-                // Nothing is outstanding between a failure and its retry.
+                // Nothing is outstanding between a failure and its retry: a
+                // caller that gives up before or during the backoff stops
+                // here (the walk is not cancellable, so it looks).
                 gaveUp()?.let { throw it }
-                delay(s.afterMs.toSigned())
+                var left = s.afterMs.toSigned()
+                while (left > 0) {
+                    val slice = minOf(left, BACKOFF_SLICE_MS)
+                    delay(slice)
+                    left -= slice
+                    gaveUp()?.let { throw it }
+                }
                 DirectSteps.retry(executor, s.attempt)
             }
         }
     }
-    error("toolledger: a call did not settle within $MAX_SUSPENDING_STEPS steps")
+    return atTheStepLimit(executor, step)
 }
 
 /** [block], or null when it takes longer than [timeoutMs] (then cancelled); unbounded for null. */
 private suspend fun <T : Any> bounded(timeoutMs: Long?, block: suspend () -> T): T? =
     if (timeoutMs == null) block() else withTimeoutOrNull(timeoutMs) { block() }
 
-private const val MAX_SUSPENDING_STEPS = 64
+/** How often a retry's backoff looks whether the caller gave up, ms. */
+private const val BACKOFF_SLICE_MS = 20L
 
 /** The reason the library records for a tool past its perform timeout. */
 private const val TIMED_OUT = "timed out waiting for the downstream"

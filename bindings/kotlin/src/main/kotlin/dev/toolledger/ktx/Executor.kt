@@ -66,8 +66,12 @@ class Executor @JvmOverloads constructor(
     /** The registered [CallerTool]s, which [execute] runs in the calling coroutine, by name. */
     private val callerTools = ConcurrentHashMap<String, CallerTool>()
 
-    /** The executor's `performTimeoutMs`, which bounds a [CallerTool]'s attempt (null: no bound). */
-    private val performTimeoutMs: Long? = executor.performTimeoutMs()?.toSigned()
+    /**
+     * The executor's `performTimeoutMs`, which bounds a [CallerTool]'s
+     * attempt (null: no bound; 0 is taken as 1 ms, so that the tool starts
+     * before it times out, as the library's own bound lets it).
+     */
+    private val performTimeoutMs: Long? = executor.performTimeoutMs()?.toSigned()?.coerceAtLeast(1)
 
     /** Calls of this layer's [SyncTool]s in progress (see [close]). */
     private val walks = java.util.concurrent.atomic.AtomicInteger(0)

@@ -120,7 +120,29 @@ internal fun drive(
             }
         }
     }
-    error("toolledger: a call did not settle within $MAX_STEPS steps")
+    return atTheStepLimit(executor, step)
+}
+
+/**
+ * A walk that took [MAX_STEPS] steps (a library bug, or a configuration
+ * with more attempts than the walk allows) ends here with [last], the step
+ * the library answered last: a `Done` is returned; a handed-out `Perform`
+ * is abandoned (recorded as never sent: the tool did not run it) and a
+ * `Lookup` reported as failed (the outcome stays unknown), so that nothing
+ * is left in flight; then an [IllegalStateException] is thrown.
+ */
+internal fun atTheStepLimit(executor: ToolExecutor, last: CallerStep): CallOutcome {
+    val e = IllegalStateException("toolledger: a call did not settle within $MAX_STEPS steps")
+    when (last) {
+        is CallerStep.Done -> return last.outcome
+        is CallerStep.Perform -> abandon(executor, last.attempt, e)
+        is CallerStep.Lookup -> {
+            runCatching { DirectSteps.reportLookupError(executor, last.attempt, "the caller's step limit was reached") }
+                .exceptionOrNull()?.let(e::addSuppressed)
+            throw e
+        }
+        is CallerStep.Retry -> throw e
+    }
 }
 
 /**
@@ -166,7 +188,8 @@ internal fun abandon(executor: ToolExecutor, attempt: CallerAttempt, e: Throwabl
     throw e
 }
 
-private const val MAX_STEPS = 64
+/** The most steps one call's walk takes (two per retried attempt). */
+internal const val MAX_STEPS = 1024
 private const val INTERRUPTED = "the caller was interrupted while the tool ran; the outcome is unknown"
 private const val NOT_RUN = "the caller gave up before the tool ran"
 

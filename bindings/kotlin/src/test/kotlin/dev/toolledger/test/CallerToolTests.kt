@@ -17,6 +17,7 @@ import dev.toolledger.ToolRequest
 import dev.toolledger.ktx.CallerTool
 import dev.toolledger.ktx.Executor
 import dev.toolledger.ktx.SuspendLedger
+import dev.toolledger.ktx.SyncTool
 import dev.toolledger.ktx.executorConfig
 import dev.toolledger.ktx.toolDescriptor
 import java.util.concurrent.Executors
@@ -88,6 +89,29 @@ private class SuspendSend(
         lookups.incrementAndGet()
         val id = withContext(Dispatchers.IO) { downstream.find(request.downstreamKey) } ?: return LookupOutcome.NotFound
         return LookupOutcome.Found(resultJson = sentJson(id), externalId = id)
+    }
+}
+
+/** Blocks its thread (ignoring cancellation) for [blockMs] after its effect, then answers Committed. */
+private class BlockingSend(val downstream: Downstream, private val blockMs: Long) :
+    CallerTool(toolDescriptor("send_email")) {
+    val calls = AtomicInteger()
+
+    override suspend fun perform(request: ToolRequest): PerformOutcome {
+        calls.incrementAndGet()
+        val id = downstream.perform(request.downstreamKey)
+        Thread.sleep(blockMs) // a blocking read with no deadline of its own
+        return PerformOutcome.Committed(resultJson = sentJson(id), externalId = id)
+    }
+}
+
+/** Refuses every attempt, retryably (a 503 before anything was done). */
+private class AlwaysRefused : CallerTool(toolDescriptor("send_email")) {
+    val calls = AtomicInteger()
+
+    override suspend fun perform(request: ToolRequest): PerformOutcome {
+        calls.incrementAndGet()
+        return PerformOutcome.FailedBeforeCommit(reason = "503", retryable = true)
     }
 }
 
@@ -271,6 +295,123 @@ val callerToolTests = listOf(
         assertEquals(2, tool.calls.get())
         assertEquals(1, downstream.count())
         assertEquals(sentJson("msg_1"), done.resultJson)
+    },
+
+    test("CallerTool: a tool that blocks past the perform timeout is not resent meanwhile and its own answer is kept") {
+        // Cancellation is cooperative: a blocked thread cannot be stopped.
+        // Meanwhile the call is InFlight to another caller (nothing resent),
+        // and the tool's own answer, which is true, is what is recorded.
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = BlockingSend(downstream, blockMs = 1_500)
+        val executor = closeAfter(Executor(ledger, executorConfig(performTimeoutMs = 300), listOf(tool)))
+        withContext(Dispatchers.Default) {
+            val first = async { executor.execute("op_1", 0, emailCall()) }
+            delay(700)
+            assertIs<CallOutcome.InFlight>(executor.execute("op_1", 0, emailCall()))
+            val done = assertIs<CallOutcome.Completed>(first.await())
+            assertEquals(sentJson("msg_1"), done.resultJson)
+        }
+        assertEquals(1, tool.calls.get())
+        assertEquals(1, downstream.count())
+    },
+
+    test("CallerTool: a perform timeout of 0 still starts the tool") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = BlockingSend(downstream, blockMs = 0)
+        val executor = closeAfter(Executor(ledger, executorConfig(performTimeoutMs = 0), listOf(tool)))
+        val out = executor.execute("op_1", 0, emailCall())
+        assertEquals(1, tool.calls.get(), "no tool ran: $out")
+        assertEquals(1, downstream.count())
+    },
+
+    test("CallerTool: a caller cancelled in a retry's backoff stops at once, nothing outstanding") {
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = AlwaysRefused()
+        val executor = closeAfter(
+            Executor(ledger, executorConfig(maxAttempts = 2, backoffBaseMs = 3_000, backoffMaxMs = 3_000), listOf(tool)),
+        )
+        withContext(Dispatchers.Default) {
+            val job = launch { executor.execute("op_1", 0, emailCall()) }
+            while (tool.calls.get() == 0) delay(5)
+            delay(50)
+            val started = System.nanoTime()
+            job.cancelAndJoin()
+            val ms = (System.nanoTime() - started) / 1_000_000
+            assertTrue(ms < 1_000, "the cancelled caller was held $ms ms in the backoff")
+        }
+        val stored = ledger.list("op_1").single()
+        assertEquals(1u, stored.attemptCount, "an attempt was handed out after the caller gave up")
+        assertEquals(1, tool.calls.get())
+        // The next ask goes on: the second and last attempt, refused again.
+        assertIs<CallOutcome.Failed>(executor.execute("op_1", 0, emailCall()))
+        assertEquals(2, tool.calls.get())
+    },
+
+    test("CallerTool: a walk past the step limit leaves nothing in flight") {
+        // 600 attempts take 1,200 steps, past the walk's 1,024: the attempt
+        // handed out last is recorded as never sent, and the call goes on
+        // at the next ask instead of answering InFlight for the process's life.
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = AlwaysRefused()
+        val executor = closeAfter(
+            Executor(ledger, executorConfig(maxAttempts = 600, backoffBaseMs = 0, backoffMaxMs = 0), listOf(tool)),
+        )
+        val thrown = assertFailsWith<IllegalStateException> { executor.execute("op_1", 0, emailCall()) }
+        assertTrue("step" in thrown.message!!, thrown.message)
+        assertEquals(512, tool.calls.get())
+        val stored = ledger.list("op_1").single()
+        assertTrue(stored.status != ExecutionStatus.EXECUTING, "left ${stored.status}")
+        val next = executor.execute("op_1", 0, emailCall())
+        assertTrue(next !is CallOutcome.InFlight, "the call is in flight for good: $next")
+        assertTrue(tool.calls.get() > 512, "the next ask ran nothing")
+    },
+
+    test("SyncTool: a walk past the step limit leaves nothing in flight either (executeBlocking)") {
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val calls = AtomicInteger()
+        val tool = object : SyncTool(toolDescriptor("send_email")) {
+            override fun performNow(request: ToolRequest): PerformOutcome {
+                calls.incrementAndGet()
+                return PerformOutcome.FailedBeforeCommit(reason = "503", retryable = true)
+            }
+        }
+        val executor = closeAfter(
+            Executor(ledger, executorConfig(maxAttempts = 600, backoffBaseMs = 0, backoffMaxMs = 0), listOf(tool)),
+        )
+        assertFailsWith<IllegalStateException> { executor.executeBlocking("op_1", 0, emailCall()) }
+        assertEquals(512, calls.get())
+        assertTrue(ledger.list("op_1").single().status != ExecutionStatus.EXECUTING)
+        assertTrue(executor.executeBlocking("op_1", 0, emailCall()) !is CallOutcome.InFlight)
+    },
+
+    test("CallerTool: a caller cancelled between start and the tool sends nothing; the next ask runs it once") {
+        val downstream = downstream()
+        val pool = Executors.newSingleThreadExecutor { Thread(it, "steps").apply { isDaemon = true } }
+        try {
+            val ledger = closeAfter(SuspendLedger.open(ledgerPath, dispatcher = pool.asCoroutineDispatcher()))
+            val tool = BlockingSend(downstream, blockMs = 0)
+            val executor = closeAfter(Executor(ledger, tools = listOf(tool)))
+            val hold = CompletableDeferred<Unit>()
+            // The dispatcher busy: the walk waits for it, and the caller is cancelled meanwhile.
+            pool.execute { kotlinx.coroutines.runBlocking { hold.await() } }
+            withContext(Dispatchers.Default) {
+                val job = launch { executor.execute("op_1", 0, emailCall()) }
+                delay(200)
+                job.cancel()
+                hold.complete(Unit)
+                job.join()
+            }
+            assertEquals(0, tool.calls.get())
+            assertEquals(0, downstream.count())
+            assertEquals(ExecutionStatus.FAILED_BEFORE_COMMIT, ledger.list("op_1").single().status)
+            assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
+            assertEquals(1, tool.calls.get())
+            assertEquals(1, downstream.count())
+        } finally {
+            pool.shutdown()
+        }
     },
 
     test("CallerTool: bad input is refused before anything is recorded") {
