@@ -216,3 +216,37 @@ def test_a_process_killed_between_the_effect_and_its_report_is_reconciled_by_a_l
     assert isinstance(done, tl.Completed) and not done.replayed
     assert calls == {"perform": 0, "lookup": 1}
     assert downstream.count() == 1
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_a_walk_past_the_step_limit_leaves_nothing_in_flight(ledger_path, is_async):
+    # 600 retryable refusals take 1,200 steps, past the walk's 1,024: the
+    # attempt handed out last is recorded as never sent before the walk
+    # raises, so the next ask goes on instead of answering InFlight for the
+    # life of the process (with a limit of 64 it was left executing).
+    calls = {"perform": 0}
+
+    if is_async:
+        @tl.tool(name="refused")
+        async def refused(request):
+            calls["perform"] += 1
+            raise tl.NotCommitted("503", retryable=True)
+    else:
+        @tl.tool(name="refused")
+        def refused(request):
+            calls["perform"] += 1
+            raise tl.NotCommitted("503", retryable=True)
+
+    with tl.Ledger.open(ledger_path) as ledger:
+        executor = tl.Executor(ledger, tools=[refused], max_attempts=600, backoff_base_ms=0, backoff_max_ms=0)
+        call = tl.ToolCall("call_1", "refused", {})
+        run = (lambda: asyncio.run(executor.execute("op_1", 0, call))) if is_async else (
+            lambda: executor.execute_sync("op_1", 0, call))
+        with pytest.raises(RuntimeError, match="did not settle"):
+            run()
+        assert calls["perform"] == 512
+        assert ledger.list("op_1")[0].status != ffi.ExecutionStatus.EXECUTING
+        # The next ask goes on with the attempts left, to the last one's refusal.
+        again = run()
+        assert isinstance(again, tl.Failed), again
+        assert calls["perform"] == 599  # attempt 513 was handed out and never run

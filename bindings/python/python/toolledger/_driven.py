@@ -38,7 +38,7 @@ from ._native import toolledger as _ffi
 
 # The library bounds every call by its attempts; a walk longer than this is
 # a bug, reported rather than looped on.
-_MAX_STEPS = 64
+_MAX_STEPS = 1024  # two per retried attempt
 
 _INTERRUPTED = "the caller was interrupted while the tool ran; the outcome is unknown"
 
@@ -160,7 +160,30 @@ def run(native: Any, step: Any, perform: Callable[[Any], Any], lookup: Callable[
             step = native.retry(attempt)
         else:
             raise RuntimeError(f"toolledger: unexpected step {_kind(step)}")
-    raise RuntimeError("toolledger: a call did not settle within its steps")
+    return _at_the_step_limit(native, step)
+
+
+def _at_the_step_limit(native: Any, step: Any) -> Any:
+    """A walk that took ``_MAX_STEPS`` steps (a library bug, or more
+    attempts than the walk allows) ends here with ``step``, the library's
+    last answer: a finished call is returned; a handed-out ``Perform`` is
+    recorded as never sent (the tool did not run it) and a ``Lookup``
+    reported as failed (the outcome stays unknown), so that nothing is left
+    in flight; then raises."""
+    kind = type(step)
+    if kind is _DONE:
+        return step.outcome
+    if isinstance(step, _outcomes.CallOutcome):
+        return step
+    error = RuntimeError("toolledger: a call did not settle within its steps")
+    try:
+        if kind is _PERFORM:
+            _abandon(native, step.attempt, "the caller's step limit was reached")
+        elif kind is _LOOKUP:
+            native.report_lookup_error(step.attempt, "the caller's step limit was reached")
+    except Exception as failed:  # noqa: BLE001 - `error` goes on; this one is logged
+        _log.error("toolledger: the attempt left at the step limit could not be recorded: %s", type(failed).__name__)
+    raise error
 
 
 async def _inline(fn: Callable[..., Any], *args: Any) -> Any:
@@ -212,4 +235,4 @@ async def arun(native: Any, step: Any, perform: Callable[[Any], Awaitable[Any]],
             step = await io(native.retry, attempt)
         else:
             raise RuntimeError(f"toolledger: unexpected step {_kind(step)}")
-    raise RuntimeError("toolledger: a call did not settle within its steps")
+    return _at_the_step_limit(native, step)

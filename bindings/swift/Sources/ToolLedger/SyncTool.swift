@@ -86,8 +86,8 @@ extension ToolExecutor {
         from first: CallerStep, tool: any SyncTool, gaveUp: () -> Bool = { false }
     ) throws -> CallOutcome {
         var step = first
-        // Bounded by the library's attempts; a longer walk is a bug.
-        for _ in 0..<64 {
+        // Bounded by the library's attempts (two steps per retried attempt).
+        for _ in 0..<Self.maxSteps {
             switch step {
             case .done(let outcome):
                 return outcome
@@ -124,8 +124,30 @@ extension ToolExecutor {
                 step = try retry(attempt: attempt)
             }
         }
+        // Past the limit (a library bug, or more attempts than the walk
+        // allows): what the library handed out last is given back, so that
+        // nothing is left in flight — a `Perform` recorded as never sent (the
+        // tool did not run it), a `Lookup` reported as failed (the outcome
+        // stays unknown) — then the walk throws.
+        switch step {
+        case .done(let outcome):
+            return outcome
+        case .perform(let attempt):
+            if !attempt.readOnly {
+                _ = try? abandonAttempt(
+                    executionId: attempt.request.executionId, attempt: attempt.request.attempt,
+                    reason: "the caller's step limit was reached")
+            }
+        case .lookup(let attempt):
+            _ = try? reportLookupError(attempt: attempt, message: "the caller's step limit was reached")
+        case .retry:
+            break
+        }
         throw LedgerError.Internal(message: "a call did not settle within its steps")
     }
+
+    /// The most steps one call's walk takes.
+    static let maxSteps = 1024
 
     /// `executeNow` on `queue` (by default the layer's ledger queue), never
     /// on the caller's thread or actor and never on Swift concurrency's

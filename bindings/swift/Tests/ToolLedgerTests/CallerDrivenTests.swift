@@ -34,6 +34,41 @@ final class CallerDrivenTests: XCTestCase {
         return outcome
     }
 
+    /// Refuses every attempt, retryably (a 503 before anything was done).
+    private final class AlwaysRefused: SyncTool, @unchecked Sendable {
+        let calls = SyncCounter()
+
+        func descriptor() throws -> ToolDescriptor {
+            ToolDescriptor(name: "send_email", version: 1, effect: .sideEffect, batch: .atomic)
+        }
+
+        func performNow(request: ToolRequest) throws -> PerformOutcome {
+            calls.increment()
+            return .failedBeforeCommit(reason: "503", retryable: true)
+        }
+    }
+
+    func testAWalkPastTheStepLimitLeavesNothingInFlight() throws {
+        // 600 retryable refusals take 1,200 steps, past the walk's 1,024: the
+        // attempt handed out last is recorded as never sent before the walk
+        // throws, so the next ask goes on instead of answering InFlight for
+        // the life of the process (with a limit of 64 it was left executing).
+        let dir = try scratchDirectory()
+        let ledger = try Ledger.open(path: "\(dir)/ledger.db", config: LedgerConfig())
+        let tool = AlwaysRefused()
+        let executor = try executor(
+            ledger, [tool], config: ExecutorConfig(maxAttempts: 600, backoffBaseMs: 0, backoffMaxMs: 0))
+        XCTAssertThrowsError(try executor.executeNow(operationId: "op_1", round: 0, call: emailCall(), tool: tool))
+        XCTAssertEqual(tool.calls.value, 512)
+        let stored = try XCTUnwrap(ledger.list(operationId: "op_1").first)
+        XCTAssertNotEqual(stored.status, .executing)
+        // The next ask goes on with the attempts left, to the last one's
+        // refusal (attempt 513 was handed out and never run).
+        let again = try executor.executeNow(operationId: "op_1", round: 0, call: emailCall(), tool: tool)
+        guard case .failed = again else { return XCTFail("expected .failed, got \(again)") }
+        XCTAssertEqual(tool.calls.value, 599)
+    }
+
     func testASyncToolRunsOnceOnTheCallersThreadAndARepeatReplays() async throws {
         let (executor, _, tool, downstream) = try fixture { SyncSend(downstream: $0) }
         let done = try completed(
