@@ -307,7 +307,8 @@ val callerToolTests = listOf(
         val executor = closeAfter(Executor(ledger, executorConfig(performTimeoutMs = 300), listOf(tool)))
         withContext(Dispatchers.Default) {
             val first = async { executor.execute("op_1", 0, emailCall()) }
-            delay(700)
+            while (tool.calls.get() == 0) delay(5)
+            delay(500) // past the 300 ms timeout, the tool still blocked
             assertIs<CallOutcome.InFlight>(executor.execute("op_1", 0, emailCall()))
             val done = assertIs<CallOutcome.Completed>(first.await())
             assertEquals(sentJson("msg_1"), done.resultJson)
