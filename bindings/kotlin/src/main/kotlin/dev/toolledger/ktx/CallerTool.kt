@@ -96,12 +96,7 @@ internal suspend fun driveSuspending(
                     }
                     null
                 }
-                when {
-                    found == null -> DirectSteps.reportLookupError(executor, s.attempt, failure)
-                    !isEncodable(found) ->
-                        DirectSteps.reportLookupError(executor, s.attempt, "the lookup's result is not valid UTF-16")
-                    else -> DirectSteps.reportLookup(executor, s.attempt, found)
-                }
+                reportFound(executor, s.attempt, found, failure)
             }
             is CallerStep.Retry -> {
                 // Nothing is outstanding between a failure and its retry: a

@@ -139,57 +139,54 @@ class Executor @JvmOverloads constructor(
      */
     suspend fun execute(operationId: String, round: Int, call: ToolCall): CallOutcome {
         checkUtf16(operationId, call)
-        val tool = syncTools[call.toolName]
-            ?: return callerTools[call.toolName]?.let { executeInCaller(operationId, round, call, it) }
-                ?: started { executor.execute(operationId, round.toU("round"), call) }
-        val r = round.toU("round")
-        val caller = currentCoroutineContext()[Job]
-        return walking {
-            val now = DirectSteps.startNow(executor, operationId, r, call)
-            if (now is CallerStep.Done) {
-                now.outcome
-            } else {
-                // A cancelled coroutine starts nothing (the suspending tools'
-                // path runs nothing for it either).
-                currentCoroutineContext().ensureActive()
-                withContext(dispatcher + NonCancellable) {
-                    // `startNow` only answers `Done`; any other step is walked there.
-                    drive(executor, now ?: DirectSteps.start(executor, operationId, r, call), tool) {
-                        if (caller?.isCancelled == true) {
-                            CancellationException("the caller was cancelled before the tool ran; nothing was sent")
-                        } else {
-                            threadInterrupted()
-                        }
-                    }
-                }
+        syncTools[call.toolName]?.let { tool ->
+            return inCallersPlace(operationId, round, call) { first, cancelled ->
+                drive(executor, first, tool) { cancelled() ?: threadInterrupted() }
             }
         }
+        callerTools[call.toolName]?.let { tool ->
+            return inCallersPlace(operationId, round, call) { first, cancelled ->
+                driveSuspending(executor, first, tool, performTimeoutMs, cancelled)
+            }
+        }
+        return started { executor.execute(operationId, round.toU("round"), call) }
     }
 
     /**
-     * [execute] for a [CallerTool]: a replay answered in place as for a
-     * [SyncTool]; otherwise the whole walk ([driveSuspending]: `start`, the
-     * tool, its report) on [dispatcher] in this coroutine's context.
+     * One call of a tool this layer runs itself ([SyncTool], [CallerTool]):
+     * a replay the library answers at once (`startNow`) is answered here, on
+     * the calling thread; otherwise a coroutine cancelled already starts
+     * nothing, and [walk] takes the call from its first step (`start` for
+     * anything `startNow` did not answer) on [dispatcher], not cancellable,
+     * with `cancelled` answering a `CancellationException` once the caller
+     * is cancelled (the walk checks it before it runs the tool).
      */
-    private suspend fun executeInCaller(operationId: String, round: Int, call: ToolCall, tool: CallerTool): CallOutcome {
+    private suspend fun inCallersPlace(
+        operationId: String,
+        round: Int,
+        call: ToolCall,
+        walk: suspend (first: CallerStep, cancelled: () -> Throwable?) -> CallOutcome,
+    ): CallOutcome {
         val r = round.toU("round")
         val caller = currentCoroutineContext()[Job]
+        val cancelled = {
+            if (caller?.isCancelled == true) {
+                CancellationException("the caller was cancelled before the tool ran; nothing was sent")
+            } else {
+                null
+            }
+        }
         return walking {
             val now = DirectSteps.startNow(executor, operationId, r, call)
             if (now is CallerStep.Done) {
                 now.outcome
             } else {
-                // A cancelled coroutine starts nothing.
+                // A cancelled coroutine starts nothing (the library's own
+                // `execute` runs nothing for it either).
                 currentCoroutineContext().ensureActive()
                 withContext(dispatcher + NonCancellable) {
-                    val first = now ?: DirectSteps.start(executor, operationId, r, call)
-                    driveSuspending(executor, first, tool, performTimeoutMs) {
-                        if (caller?.isCancelled == true) {
-                            CancellationException("the caller was cancelled before the tool ran; nothing was sent")
-                        } else {
-                            null
-                        }
-                    }
+                    // `startNow` only answers `Done`; any other step is walked here.
+                    walk(now ?: DirectSteps.start(executor, operationId, r, call), cancelled)
                 }
             }
         }

@@ -104,13 +104,7 @@ internal fun drive(
                     }
                     null
                 }
-                if (found == null) {
-                    DirectSteps.reportLookupError(executor, s.attempt, "the lookup threw")
-                } else if (!isEncodable(found)) {
-                    DirectSteps.reportLookupError(executor, s.attempt, "the lookup's result is not valid UTF-16")
-                } else {
-                    DirectSteps.reportLookup(executor, s.attempt, found)
-                }
+                reportFound(executor, s.attempt, found, "the lookup threw")
             }
             is CallerStep.Retry -> {
                 // Nothing is outstanding between a failure and its retry.
@@ -144,6 +138,18 @@ internal fun atTheStepLimit(executor: ToolExecutor, last: CallerStep): CallOutco
         is CallerStep.Retry -> throw e
     }
 }
+
+/**
+ * Reports what a lookup of [attempt] answered: [found], or, for null (the
+ * lookup threw, or timed out), a failed lookup with [failure]; a result the
+ * library cannot take (an unpaired UTF-16 surrogate) is a failed lookup too.
+ */
+internal fun reportFound(executor: ToolExecutor, attempt: CallerAttempt, found: LookupOutcome?, failure: String): CallerStep =
+    when {
+        found == null -> DirectSteps.reportLookupError(executor, attempt, failure)
+        !isEncodable(found) -> DirectSteps.reportLookupError(executor, attempt, "the lookup's result is not valid UTF-16")
+        else -> DirectSteps.reportLookup(executor, attempt, found)
+    }
 
 /**
  * An `InterruptedException` when this thread is interrupted (the interrupt
