@@ -315,62 +315,27 @@ def test_a_model_message_with_a_long_id_still_names_its_calls(runtime):
     assert len(effects) == 1
 
 
-def _one_email_graph(runtime, message_id=None):
+def _one_email_graph(runtime, message_id=None, state_key="messages", **ledger_kwargs):
     """A model that asks for one email (its ``AIMessage`` with
     ``message_id``, or an id ``add_messages`` gives it) and then says
-    "done", the tool through the ledger (``NEITHER``), compiled with an
-    in-memory checkpointer: (the app, the execution ids the tool ran for)."""
-    from langchain_core.messages import AIMessage, ToolMessage
-    from langchain_core.tools import tool
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    from toolledger.adapters.langgraph import ledger_tool
-
-    effects = []
-
-    @tool
-    def send_email(to: str) -> str:
-        """Sends an email."""
-        effects.append(current_call().execution_id)
-        return "sent"
-
-    def model(state):
-        if isinstance(state["messages"][-1], ToolMessage):
-            return {"messages": [AIMessage(content="done")]}
-        return {"messages": [AIMessage(content="", id=message_id, tool_calls=[
-            {"name": "send_email", "args": {"to": "a@example.com"}, "id": "call_1"}])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("model", model)
-    graph.add_node("tools", ToolNode([ledger_tool(send_email, runtime, downstream=Downstream.NEITHER)]))
-    graph.add_edge(START, "model")
-    graph.add_conditional_edges("model", tools_condition)
-    graph.add_edge("tools", "model")
-    return graph.compile(checkpointer=InMemorySaver()), effects
-
-
-def _chat_key_graph(runtime, **ledger_kwargs):
-    """``_one_email_graph`` with the messages under the state key ``chat``
-    (``ToolNode`` and ``tools_condition`` made with ``messages_key="chat"``),
-    the tool wrapped with ``ledger_kwargs``: (the app, the execution ids the
-    tool ran for)."""
+    "done", the tool through the ledger (``NEITHER``, wrapped with
+    ``ledger_kwargs``), compiled with an in-memory checkpointer: (the app,
+    the execution ids the tool ran for). The messages are under
+    ``state_key`` (``MessagesState`` for ``messages``; otherwise
+    ``ToolNode`` and ``tools_condition`` are made with that
+    ``messages_key``)."""
     from typing import Annotated
 
     from langchain_core.messages import AIMessage, ToolMessage
     from langchain_core.tools import tool
     from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.graph import START, StateGraph
+    from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.graph.message import add_messages
     from langgraph.prebuilt import ToolNode, tools_condition
     from typing_extensions import TypedDict
 
     from toolledger.adapters.langgraph import ledger_tool
 
-    class Chat(TypedDict):
-        chat: Annotated[list, add_messages]
-
     effects = []
 
     @tool
@@ -380,17 +345,26 @@ def _chat_key_graph(runtime, **ledger_kwargs):
         return "sent"
 
     def model(state):
-        if isinstance(state["chat"][-1], ToolMessage):
-            return {"chat": [AIMessage(content="done")]}
-        return {"chat": [AIMessage(content="", tool_calls=[
+        if isinstance(state[state_key][-1], ToolMessage):
+            return {state_key: [AIMessage(content="done")]}
+        return {state_key: [AIMessage(content="", id=message_id, tool_calls=[
             {"name": "send_email", "args": {"to": "a@example.com"}, "id": "call_1"}])]}
 
-    graph = StateGraph(Chat)
+    if state_key == "messages":
+        graph = StateGraph(MessagesState)
+        node = ToolNode([ledger_tool(send_email, runtime, downstream=Downstream.NEITHER, **ledger_kwargs)])
+        route = tools_condition
+    else:
+        graph = StateGraph(TypedDict("Chat", {state_key: Annotated[list, add_messages]}))
+        node = ToolNode([ledger_tool(send_email, runtime, downstream=Downstream.NEITHER, **ledger_kwargs)],
+                        messages_key=state_key)
+
+        def route(state):
+            return tools_condition(state, messages_key=state_key)
     graph.add_node("model", model)
-    graph.add_node("tools", ToolNode([ledger_tool(send_email, runtime, downstream=Downstream.NEITHER,
-                                                  **ledger_kwargs)], messages_key="chat"))
+    graph.add_node("tools", node)
     graph.add_edge(START, "model")
-    graph.add_conditional_edges("model", lambda s: tools_condition(s, messages_key="chat"))
+    graph.add_conditional_edges("model", route)
     graph.add_edge("tools", "model")
     return graph.compile(checkpointer=InMemorySaver()), effects
 
@@ -408,7 +382,7 @@ def _run_and_fork(app):
 def test_a_tool_node_with_its_own_messages_key_is_protected_when_the_key_is_given(runtime, caplog):
     from langchain_core.messages import ToolMessage
 
-    app, effects = _chat_key_graph(runtime, messages_key="chat")
+    app, effects = _one_email_graph(runtime, state_key="chat", messages_key="chat")
     with caplog.at_level("WARNING", logger="toolledger.adapters"):
         forked = _run_and_fork(app)
     assert [(m.tool_call_id, m.content) for m in forked["chat"] if isinstance(m, ToolMessage)] == [
@@ -422,7 +396,7 @@ def test_a_graph_without_the_messages_key_is_named_by_the_step_and_says_so(runti
     # The ToolNode reads "chat"; the ledger tool, not told, finds no
     # "messages" state: its calls are named by the step, which a fork moves,
     # so the fork sends the email again. Logged once, naming the fix.
-    app, effects = _chat_key_graph(runtime)
+    app, effects = _one_email_graph(runtime, state_key="chat")
     with caplog.at_level("WARNING", logger="toolledger.adapters"):
         _run_and_fork(app)
     assert len(effects) == 2, effects
