@@ -640,23 +640,23 @@ fn found_pay() -> Result<toolledger::executor::LookupOutcome, toolledger::execut
     })
 }
 
-/// Row 23's race for a caller-driven call: the caller's payment lost its
-/// answer (unknown) and it is handed a `Lookup`; while its lookup runs, the
-/// app (another session) settles the call as absent. The lookup finds the
-/// payment. `report_lookup` saw the row no longer unknown and answered the
-/// stored status without asking the ledger: the found payment was dropped,
-/// no evidence, the execution prunable as a failure. It must be kept as
-/// evidence, as the executor's own lookup keeps it.
-#[test]
-fn a_caller_driven_found_reported_after_another_resolver_said_not_found_is_kept_as_evidence() {
+/// A caller-driven `pay` (`CallerLookupPay`) whose first attempt lost its
+/// answer: reported unknown, the caller handed a `Lookup`. Returns the
+/// executor, the app's own ledger on the same file (another session), the
+/// execution id and the lookup attempt.
+fn caller_driven_pay_at_its_lookup(
+    path: &std::path::Path,
+) -> (
+    Executor,
+    Ledger,
+    toolledger::model::ExecutionId,
+    toolledger::executor::CallerAttempt,
+) {
     use toolledger::executor::{CallerStep, PerformOutcome};
-    use toolledger::ledger::{AttemptId, Resolution, Resolved};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l.db");
     let clock = Arc::new(ManualClock::new(1_000_000));
-    let exec = Executor::new(Arc::new(open_with(&path, &clock)), fast_config());
+    let exec = Executor::new(Arc::new(open_with(path, &clock)), fast_config());
     exec.register(Arc::new(CallerLookupPay)).unwrap();
-    let app = open_with(&path, &clock);
+    let app = open_with(path, &clock);
     let call = ToolCall::custom("c1", "pay", r#"{"amount":"12.50"}"#);
     let CallerStep::Perform(a) = exec.start(&op("o"), 0, call).unwrap() else {
         panic!("expected Perform")
@@ -673,6 +673,22 @@ fn a_caller_driven_found_reported_after_another_resolver_said_not_found_is_kept_
     let CallerStep::Lookup(l) = step else {
         panic!("{step:?}")
     };
+    (exec, app, id, l)
+}
+
+/// Row 23's race for a caller-driven call: the caller's payment lost its
+/// answer (unknown) and it is handed a `Lookup`; while its lookup runs, the
+/// app (another session) settles the call as absent. The lookup finds the
+/// payment. `report_lookup` saw the row no longer unknown and answered the
+/// stored status without asking the ledger: the found payment was dropped,
+/// no evidence, the execution prunable as a failure. It must be kept as
+/// evidence, as the executor's own lookup keeps it.
+#[test]
+fn a_caller_driven_found_reported_after_another_resolver_said_not_found_is_kept_as_evidence() {
+    use toolledger::executor::CallerStep;
+    use toolledger::ledger::{AttemptId, Resolution, Resolved};
+    let dir = tempfile::tempdir().unwrap();
+    let (exec, app, id, l) = caller_driven_pay_at_its_lookup(&dir.path().join("l.db"));
     let settled = app
         .resolve_unknown(
             &AttemptId::new(id.clone(), 1),
@@ -714,30 +730,10 @@ fn a_caller_driven_found_reported_after_another_resolver_said_not_found_is_kept_
 /// own lookup, refused by the fence, keeps it (a stale attempt's commit).
 #[test]
 fn a_caller_driven_found_for_an_attempt_resent_meanwhile_is_kept_as_evidence() {
-    use toolledger::executor::{CallerStep, PerformOutcome};
+    use toolledger::executor::CallerStep;
     use toolledger::ledger::{AttemptId, Resolution, Resolved};
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l.db");
-    let clock = Arc::new(ManualClock::new(1_000_000));
-    let exec = Executor::new(Arc::new(open_with(&path, &clock)), fast_config());
-    exec.register(Arc::new(CallerLookupPay)).unwrap();
-    let app = open_with(&path, &clock);
-    let call = ToolCall::custom("c1", "pay", r#"{"amount":"12.50"}"#);
-    let CallerStep::Perform(a) = exec.start(&op("o"), 0, call).unwrap() else {
-        panic!("expected Perform")
-    };
-    let id = a.request.execution_id.clone();
-    let step = exec
-        .report(
-            &a,
-            Ok(PerformOutcome::Unknown {
-                reason: "connection reset".into(),
-            }),
-        )
-        .unwrap();
-    let CallerStep::Lookup(l) = step else {
-        panic!("{step:?}")
-    };
+    let (exec, app, id, l) = caller_driven_pay_at_its_lookup(&dir.path().join("l.db"));
     let resent = app
         .resolve_unknown(&AttemptId::new(id.clone(), 1), Resolution::NotFoundRetry)
         .unwrap();
