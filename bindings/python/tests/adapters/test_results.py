@@ -155,30 +155,7 @@ def test_langgraph_other_arguments_under_the_same_identity_are_refused(runtime):
      ({"sent": [1, 2]}, {"sent": [1, 2]}), (("a", 1), ["a", 1])],
 )
 def test_openai_agents_fresh_and_replayed_outputs_are_equal(runtime, returned, expected):
-    from agents import function_tool
-    from agents.tool_context import ToolContext
-
-    from toolledger.adapters import openai_agents as oa
-
-    effects = []
-
-    @function_tool(failure_error_function=None)
-    def send(to: str):
-        """Sends."""
-        effects.append(current_call().downstream_key)
-        return returned
-
-    wrapped = oa.AgentsLedger(runtime).tool(send, downstream=Downstream.KEY)
-
-    async def main():
-        oa._SCOPE.set(oa._RunScope(run_id="r", turn=1))
-        out = []
-        for _ in range(2):
-            ctx = ToolContext(context=None, tool_name="send", tool_call_id="call_1", tool_arguments='{"to":"a"}')
-            out.append(await wrapped.on_invoke_tool(ctx, '{"to":"a"}'))
-        return out
-
-    first, again = asyncio.run(main())
+    first, again, effects = _agents_call_twice(runtime, returned, Downstream.KEY)
     assert len(effects) == 1
     assert first == again == expected
     assert type(first) is type(again) is type(expected)
@@ -276,6 +253,16 @@ def test_openai_agents_an_output_the_ledger_keeps_as_text_is_handed_back_as_it_w
     # JSON string of that text. The run got that JSON text (quotes and
     # escapes, '"sent \\ud83d"') in place of the tool's output, fresh and
     # replayed.
+    first, again, effects = _agents_call_twice(runtime, returned, Downstream.NEITHER)
+    assert len(effects) == 1
+    assert first == returned and again == returned
+    assert type(first) is type(again) is type(returned)
+
+
+def _agents_call_twice(runtime, returned, downstream):
+    """An Agents SDK function tool returning ``returned``, wrapped with
+    ``downstream``, invoked twice as the runner does with one tool-call id:
+    (the first output, the replayed one, the downstream keys it ran for)."""
     from agents import function_tool
     from agents.tool_context import ToolContext
 
@@ -289,7 +276,7 @@ def test_openai_agents_an_output_the_ledger_keeps_as_text_is_handed_back_as_it_w
         effects.append(current_call().downstream_key)
         return returned
 
-    wrapped = oa.AgentsLedger(runtime).tool(send, downstream=Downstream.NEITHER)
+    wrapped = oa.AgentsLedger(runtime).tool(send, downstream=downstream)
 
     async def main():
         oa._SCOPE.set(oa._RunScope(run_id="r", turn=1))
@@ -300,6 +287,4 @@ def test_openai_agents_an_output_the_ledger_keeps_as_text_is_handed_back_as_it_w
         return out
 
     first, again = asyncio.run(main())
-    assert len(effects) == 1
-    assert first == returned and again == returned
-    assert type(first) is type(again) is type(returned)
+    return first, again, effects
