@@ -93,14 +93,10 @@ extension ToolExecutor {
                 return outcome
             case .perform(let attempt):
                 if gaveUp() {
-                    if !attempt.readOnly {
-                        // A failure to record it leaves the attempt this
-                        // executor's orphan (reconciled at the next ask):
-                        // the caller still gets its cancellation.
-                        _ = try? abandonAttempt(
-                            executionId: attempt.request.executionId, attempt: attempt.request.attempt,
-                            reason: "the caller was cancelled before the tool ran")
-                    }
+                    // A failure to record it leaves the attempt this
+                    // executor's orphan (reconciled at the next ask): the
+                    // caller still gets its cancellation.
+                    giveBack(attempt, reason: "the caller was cancelled before the tool ran")
                     throw CancellationError()
                 }
                 let outcome: PerformOutcome
@@ -133,11 +129,7 @@ extension ToolExecutor {
         case .done(let outcome):
             return outcome
         case .perform(let attempt):
-            if !attempt.readOnly {
-                _ = try? abandonAttempt(
-                    executionId: attempt.request.executionId, attempt: attempt.request.attempt,
-                    reason: "the caller's step limit was reached")
-            }
+            giveBack(attempt, reason: "the caller's step limit was reached")
         case .lookup(let attempt):
             _ = try? reportLookupError(attempt: attempt, message: "the caller's step limit was reached")
         case .retry:
@@ -148,6 +140,17 @@ extension ToolExecutor {
 
     /// The most steps one call's walk takes.
     static let maxSteps = 1024
+
+    /// Records a handed-out attempt whose tool did not run as never sent
+    /// (`abandonAttempt`: a first attempt failed before commit, retryable;
+    /// a same-key resend back to unknown). A read-only attempt has nothing
+    /// recorded; a failure to record it is left to the next ask's
+    /// reconciliation (the attempt is this executor's orphan).
+    private func giveBack(_ attempt: CallerAttempt, reason: String) {
+        guard !attempt.readOnly else { return }
+        _ = try? abandonAttempt(
+            executionId: attempt.request.executionId, attempt: attempt.request.attempt, reason: reason)
+    }
 
     /// `executeNow` on `queue` (by default the layer's ledger queue), never
     /// on the caller's thread or actor and never on Swift concurrency's
