@@ -415,6 +415,33 @@ val callerToolTests = listOf(
         }
     },
 
+    test("CallerTool: the ledger suspended while the tool runs: the report is refused, and after resume one effect") {
+        // The app goes to the background mid-call (`suspend()` while the
+        // tool waits for its answer). The report cannot be recorded: the
+        // caller gets Suspended. After `resume()` the next ask reconciles the
+        // attempt (a key tool: resent under the same key, deduped): one effect.
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val gate = CompletableDeferred<Unit>()
+        val tool = SuspendSend(downstream, idempotencyKey = true, gate = gate)
+        val executor = closeAfter(Executor(ledger, executorConfig(backoffBaseMs = 1, backoffMaxMs = 2), listOf(tool)))
+        withContext(Dispatchers.Default) {
+            val call = async { runCatching { executor.execute("op_1", 0, emailCall()) } }
+            while (tool.calls.get() == 0) delay(5)
+            ledger.suspend()
+            gate.complete(Unit)
+            val first = call.await()
+            assertIs<LedgerException.Suspended>(first.exceptionOrNull(), "$first")
+        }
+        assertEquals(1, downstream.count())
+        ledger.resume()
+        executor.recover()
+        val done = assertIs<CallOutcome.Completed>(executor.execute("op_1", 0, emailCall()))
+        assertEquals(sentJson("msg_1"), done.resultJson)
+        assertEquals(1, downstream.count())
+        assertEquals(1, tool.keys.toSet().size)
+    },
+
     test("CallerTool: bad input is refused before anything is recorded") {
         val downstream = downstream()
         val ledger = closeAfter(SuspendLedger.open(ledgerPath))
