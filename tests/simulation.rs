@@ -13,7 +13,8 @@
 //! applies a request at once, or after the client gave up (within the
 //! tools' declared landing window), or never; it answers, drops the answer,
 //! or refuses. Some calls are caller-driven (`Executor::start`, the tool run
-//! by the caller): the session runs the tool, then holds its report for a
+//! by the caller; or `Executor::start_round`, the three classes' calls begun
+//! together and walked in parallel): the session runs the tool, then holds its report for a
 //! while — across its own suspension, another session's takeover of the
 //! call, a resend — and reports it later, so that stale reports reach the
 //! ledger's fence (the schedules count how many it refused).
@@ -634,17 +635,40 @@ async fn schedule(seed: u64, path: &Path) -> Result<Summary, String> {
             }
             89..=93 => {
                 // A caller-driven call (not the batch: independent batches
-                // are not offered to callers); its report is held back.
+                // are not offered to callers), or a caller-driven round of
+                // one call of each other class; reports are held back.
                 let session = &mut sessions[s];
                 if session.suspended {
                     continue;
                 }
-                let class = Class::ALL[rng.below(3) as usize];
+                let pick = rng.below(4) as usize;
                 let exec = session.exec.clone();
                 let (world, held) = (world.clone(), session.held.clone());
                 session.tasks.push(tokio::spawn(async move {
-                    if let Ok(step) = exec.start(&op, 0, call_of(class)) {
-                        drive_held(exec, world, held, class, step).await;
+                    if pick < 3 {
+                        let class = Class::ALL[pick];
+                        if let Ok(step) = exec.start(&op, 0, call_of(class)) {
+                            drive_held(exec, world, held, class, step).await;
+                        }
+                        return;
+                    }
+                    // A caller-driven round of the three classes: one begin,
+                    // each step walked in its own task.
+                    let classes = &Class::ALL[..3];
+                    let calls = classes.iter().map(|&c| call_of(c)).collect();
+                    let Ok(steps) = exec.start_round(&op, 0, calls) else {
+                        return;
+                    };
+                    let walks: Vec<_> = classes
+                        .iter()
+                        .zip(steps)
+                        .map(|(&class, step)| {
+                            let (exec, world, held) = (exec.clone(), world.clone(), held.clone());
+                            tokio::spawn(drive_held(exec, world, held, class, step))
+                        })
+                        .collect();
+                    for walk in walks {
+                        let _ = walk.await;
                     }
                 }));
             }

@@ -131,6 +131,112 @@ impl Executor {
         self.hand_over(&desc, step)
     }
 
+    /// Starts every call of one model response that the caller runs itself,
+    /// as [`Executor::execute_round`] begins them: every call is checked
+    /// first (an unknown tool, an independent batch tool, oversized or
+    /// invalid arguments anywhere stop the whole round with nothing
+    /// recorded), then the side-effecting calls are begun in one durable
+    /// transaction (one sync for the round), and each call gets its first
+    /// step, in call order. The caller walks each step as it walks
+    /// [`Executor::start`]'s, in parallel if it likes (`max_parallel` is
+    /// the caller's to keep here).
+    ///
+    /// If a call's first step fails after the round was begun (a storage
+    /// error while an earlier attempt of it is reconciled), the attempts
+    /// already handed out for the other calls are recorded as never sent
+    /// ([`Executor::abandon_attempt`]: nothing is left in flight; the next
+    /// ask runs them) and the error is returned.
+    ///
+    /// # Errors
+    /// As [`Executor::start`], for any call of the round.
+    pub fn start_round(
+        &self,
+        op: &OperationId,
+        round: u32,
+        calls: Vec<ToolCall>,
+    ) -> Result<Vec<CallerStep>> {
+        let mut checked = Vec::with_capacity(calls.len());
+        for call in &calls {
+            checked.push(self.startable(call)?);
+        }
+        let mut steps: Vec<Option<CallerStep>> = vec![None; calls.len()];
+        let mut specs = Vec::new();
+        let mut begun = Vec::new();
+        for (index, (call, (tool, desc))) in calls.into_iter().zip(checked).enumerate() {
+            if desc.effect == EffectClass::ReadOnly {
+                let request = readonly::prepare(self, op, round, &call, &desc)?;
+                if let Some(slot) = steps.get_mut(index) {
+                    *slot = Some(CallerStep::Perform(CallerAttempt {
+                        request,
+                        read_only: true,
+                    }));
+                }
+            } else {
+                specs.push(CallSpec {
+                    call,
+                    tool_version: desc.version,
+                    requires_approval: desc.requires_approval,
+                    downstream: desc.downstream(),
+                });
+                begun.push((index, tool, desc));
+            }
+        }
+        if !specs.is_empty() {
+            let (begins, marked) = self.ledger().begin_round_marking(op, round, &specs)?;
+            if begins.len() != begun.len() {
+                return Err(Error::Internal("missing begin answer".into()));
+            }
+            let mut first_error = None;
+            for ((index, tool, desc), begin) in begun.into_iter().zip(begins) {
+                if let Begin::Reconcile(t) = &begin {
+                    if marked.contains(&t.execution_id) {
+                        self.metrics_sink().outcome_unknown(&desc.name);
+                    }
+                }
+                // Every begun call gets its step, even after an error: a
+                // call begun and left without one would stay in flight.
+                match self
+                    .first_step(tool.as_ref(), begin)
+                    .and_then(|step| self.hand_over(&desc, step))
+                {
+                    Ok(step) => {
+                        if let Some(slot) = steps.get_mut(index) {
+                            *slot = Some(step);
+                        }
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            if let Some(e) = first_error {
+                for step in steps.iter().flatten() {
+                    if let CallerStep::Perform(a) = step {
+                        if !a.read_only {
+                            // A failure to record it leaves the attempt this
+                            // executor's orphan (reconciled at the next ask).
+                            let _ = self.abandon_attempt(
+                                &a.request.execution_id,
+                                a.request.attempt,
+                                "its round failed to start; it was never sent",
+                            );
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        }
+        let mut out = Vec::with_capacity(steps.len());
+        for step in steps {
+            let step = step.ok_or_else(|| Error::Internal("missing step of a round".into()))?;
+            if matches!(&step, CallerStep::Perform(a) if a.read_only) {
+                self.metrics_sink().attempt();
+            }
+            out.push(step);
+        }
+        Ok(out)
+    }
+
     /// [`Executor::start`] answered at once, on the caller's thread, where
     /// it needs no write and no wait: the replay of a call that committed
     /// with the same arguments (`CallerStep::Done`, exactly `start`'s

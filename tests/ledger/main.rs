@@ -14,6 +14,7 @@ mod attention;
 mod bad_input;
 mod batches;
 mod caller_driven;
+mod caller_rounds;
 mod cancellation;
 mod concurrency;
 mod crash_recovery;
