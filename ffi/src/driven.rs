@@ -124,6 +124,32 @@ impl ToolExecutor {
         Ok(self.inner.start(&operation_id, round, call.into())?.into())
     }
 
+    /// `start` for every call of one model response: every call checked
+    /// first (a bad call anywhere: nothing recorded), the side-effecting
+    /// ones begun in one durable transaction (one sync for the round), one
+    /// first step per call, in call order. Walk each step as `start`'s, in
+    /// parallel if the tools allow (keeping `max_parallel` is the
+    /// caller's). If a call's step fails after the round was begun, the
+    /// attempts handed out for the others are recorded as never sent and
+    /// the error is thrown: nothing is left in flight.
+    ///
+    /// # Errors
+    /// As `start`, for any call of the round.
+    pub fn start_round(
+        &self,
+        operation_id: OperationId,
+        round: u32,
+        calls: Vec<ToolCall>,
+    ) -> Result<Vec<CallerStep>> {
+        let calls = calls.into_iter().map(Into::into).collect();
+        Ok(self
+            .inner
+            .start_round(&operation_id, round, calls)?
+            .into_iter()
+            .map(Into::into)
+            .collect())
+    }
+
     /// `start` answered at once, without waiting: a replay of a call that
     /// committed with the same arguments (exactly `start`'s answer), read
     /// only if the ledger's connection is free at this moment; `None` for

@@ -67,6 +67,13 @@ impl ToolExecutor {
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
 
+    /// The configured `max_parallel` (at least 1): how many tools of one
+    /// round run at once. A language layer that walks a round's calls
+    /// itself (`start_round`) keeps the same bound.
+    pub fn max_parallel(&self) -> u32 {
+        u32::try_from(self.inner.config().max_parallel.max(1)).unwrap_or(u32::MAX)
+    }
+
     /// Applies a webhook event to its execution exactly once (a repeated
     /// `(source, event_id)` is ignored).
     ///
