@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, List
 
 from . import outcomes as _outcomes
 from ._native import toolledger as _ffi
@@ -236,3 +236,56 @@ async def arun(native: Any, step: Any, perform: Callable[[Any], Awaitable[Any]],
         else:
             raise RuntimeError(f"toolledger: unexpected step {_kind(step)}")
     return _at_the_step_limit(native, step)
+
+
+def give_back(native: Any, step: Any, reason: str) -> None:
+    """Records a step handed out by ``start_round`` that this caller will
+    not walk (its task was cancelled before the tool ran): a ``Perform``
+    as never sent (``abandon_attempt``: the next ask runs it). A ``Lookup``,
+    a ``Retry`` or a finished call leaves nothing outstanding. A failure to
+    record it is logged; the attempt is then the library's orphan (the next
+    ask reconciles it, it is not left in flight)."""
+    if type(step) is not _PERFORM:
+        return
+    try:
+        _abandon(native, step.attempt, reason)
+    except Exception as failed:  # noqa: BLE001 - the cancellation goes on; this one is logged
+        _log.error("toolledger: an attempt given back could not be recorded: %s", type(failed).__name__)
+
+
+_NOT_WALKED = "the caller was cancelled before the tool ran"
+
+
+async def arun_round(native: Any, steps: List[Any], walkers: List[Any], max_parallel: int) -> List[Any]:
+    """Walks every call of a round from its first step (``start_round``'s
+    answers, in call order), each in its own task, at most ``max_parallel``
+    tools at a time; ``walkers[i]`` is ``(perform, lookup)`` for call i, as
+    ``arun`` takes them. Returns the library's outcomes in call order once
+    every walk has ended; if any walk raised, raises the first such error
+    (the other calls are recorded as they ended). A cancelled caller
+    cancels every walk: a tool that was running is reported as
+    interrupted (``arun``), a call still waiting for its turn is given
+    back (never sent)."""
+    limit = asyncio.Semaphore(max(1, max_parallel))
+
+    async def walk(step: Any, perform: Any, lookup: Any) -> Any:
+        kind = type(step)
+        if kind is _DONE:
+            return step.outcome
+        try:
+            await limit.acquire()
+        except BaseException:
+            give_back(native, step, _NOT_WALKED)
+            raise
+        try:
+            return await arun(native, step, perform, lookup)
+        finally:
+            limit.release()
+
+    ended = await asyncio.gather(
+        *(walk(step, perform, lookup) for step, (perform, lookup) in zip(steps, walkers)),
+        return_exceptions=True)
+    for result in ended:
+        if isinstance(result, BaseException):
+            raise result
+    return list(ended)

@@ -334,10 +334,12 @@ class Executor:
     `execute_sync` runs them on the caller's thread, and one native call
     (`toolledger._direct`); a replay is answered by the first step, with
     nothing awaited. An `async def` tool's deadline (`perform_timeout_ms`)
-    is armed only if the tool suspends, counted from its start. `execute_round`,
-    `approve`, `run_existing`, `recover`, `resolve_unknown` and
-    `compensate`, and raw `ToolHandler`s, go through the library's async
-    executor, which calls the tools back.
+    is armed only if the tool suspends, counted from its start.
+    `execute_round` does the same for a round of such tools (one begin for
+    the round, each call walked in its own task). `approve`,
+    `run_existing`, `recover`, `resolve_unknown` and `compensate`, and raw
+    `ToolHandler`s, go through the library's async executor, which calls
+    the tools back.
     """
 
     def __init__(
@@ -352,6 +354,7 @@ class Executor:
         # (`execute_sync` runs only these).
         self._sync: set = set()
         timeout_ms = cfg.perform_timeout_ms
+        self._max_parallel = cfg.max_parallel
         self._perform_timeout = None if timeout_ms is None else timeout_ms / 1000
         with translated():
             self._native: Optional[Any] = _ffi.ToolExecutor(ledger._attach(self), cfg)
@@ -486,10 +489,30 @@ class Executor:
         self, operation_id: str, round: int, calls: List[Any]
     ) -> List[outcomes.CallOutcome]:
         """Runs every call of one model response (one durable begin, run in
-        parallel); outcomes in call order."""
+        parallel, at most `max_parallel` tools at a time); outcomes in call
+        order. A bad call anywhere (an unknown tool, invalid arguments)
+        stops the whole round with nothing recorded or run.
+
+        When every call's tool is a `Tool` this layer registered, the round
+        is begun by the library's caller-driven `start_round` and each call
+        walked in its own task of this loop, as `execute` walks one (the
+        tools' coroutines see this task's context); otherwise the library's
+        async executor runs the round and calls the tools back."""
         native = self._enter()
-        with translated():
-            return [outcomes.from_ffi(o) for o in await native.execute_round(operation_id, round, calls)]
+        tools = [self._own.get(c.tool_name) for c in calls]
+        if not tools or None in tools:
+            with translated():
+                return [outcomes.from_ffi(o) for o in await native.execute_round(operation_id, round, calls)]
+        steps = self._driven_steps()
+        try:
+            first = native.start_round(operation_id, round, calls)
+            ended = await _driven.arun_round(
+                steps, first,
+                [(functools.partial(self._aperform, t), functools.partial(self._alookup, t)) for t in tools],
+                self._max_parallel)
+        except (_ffi.LedgerError, _ffi.InternalError) as e:
+            raise translate(e) from e
+        return [outcomes.from_ffi(o) for o in ended]
 
     async def approve(
         self, execution_id: str, args_digest: str, preview: Any = None
