@@ -20,8 +20,12 @@ import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.Job
 import kotlinx.coroutines.NonCancellable
+import kotlinx.coroutines.async
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.ensureActive
+import kotlinx.coroutines.supervisorScope
+import kotlinx.coroutines.sync.Semaphore
+import kotlinx.coroutines.sync.withPermit
 import kotlinx.coroutines.withContext
 
 /**
@@ -72,6 +76,9 @@ class Executor @JvmOverloads constructor(
      * before it times out, as the library's own bound lets it).
      */
     private val performTimeoutMs: Long? = executor.performTimeoutMs()?.toSigned()?.coerceAtLeast(1)
+
+    /** The executor's `maxParallel`: how many tools of a round [executeRound] runs at once. */
+    private val maxParallel: Int = executor.maxParallel().toSigned().coerceIn(1, 1024)
 
     /** Calls of this layer's [SyncTool]s in progress (see [close]). */
     private val walks = java.util.concurrent.atomic.AtomicInteger(0)
@@ -244,9 +251,68 @@ class Executor @JvmOverloads constructor(
         return utf16Checked(call)
     }
 
-    /** Runs every call of one model response; outcomes in call order. */
-    suspend fun executeRound(operationId: String, round: Int, calls: List<ToolCall>): List<CallOutcome> =
-        round.toU("round").let { r -> started { executor.executeRound(operationId, r, calls) } }
+    /**
+     * Runs every call of one model response: the side-effecting calls begun
+     * in one durable transaction (one sync for the round), then run in
+     * parallel, at most the executor's `maxParallel` at a time; outcomes in
+     * call order. A bad call anywhere (an unknown tool, invalid arguments)
+     * stops the whole round with nothing recorded or run.
+     *
+     * When every call's tool is a [SyncTool] or a [CallerTool] registered
+     * here, the round is begun by the library's caller-driven `startRound`
+     * and each call walked as [execute] walks one, in its own coroutine on
+     * [dispatcher] (a [SyncTool] blocks one of its threads while it runs):
+     * no hop to the library's threads, no callback into the JVM. Once the
+     * round is begun it is not cancellable: a cancelled caller's calls
+     * whose tool had not started are recorded as never sent (the next ask
+     * runs them) and it gets its `CancellationException`; a tool that had
+     * started finishes and is recorded. If a call's walk fails (a storage
+     * error), the others still finish and the first failure is thrown.
+     * Otherwise the library's async executor runs the round and calls the
+     * tools back.
+     */
+    suspend fun executeRound(operationId: String, round: Int, calls: List<ToolCall>): List<CallOutcome> {
+        calls.forEach { checkUtf16(operationId, it) }
+        val r = round.toU("round")
+        val tools: List<Any?> = calls.map { syncTools[it.toolName] ?: callerTools[it.toolName] }
+        if (calls.isEmpty() || tools.any { it == null }) {
+            return started { executor.executeRound(operationId, r, calls) }
+        }
+        val caller = currentCoroutineContext()[Job]
+        val cancelled = {
+            if (caller?.isCancelled == true) {
+                CancellationException("the caller was cancelled before the tool ran; nothing was sent")
+            } else {
+                null
+            }
+        }
+        return walking {
+            currentCoroutineContext().ensureActive()
+            withContext(dispatcher + NonCancellable) {
+                val first = utf16Checked { executor.startRound(operationId, r, calls) }
+                val turns = Semaphore(maxParallel)
+                supervisorScope {
+                    val walks = first.zip(tools).map { (step, tool) ->
+                        async {
+                            if (step is CallerStep.Done) {
+                                step.outcome
+                            } else {
+                                turns.withPermit {
+                                    when (tool) {
+                                        is SyncTool -> drive(executor, step, tool) { cancelled() ?: threadInterrupted() }
+                                        else -> driveSuspending(executor, step, tool as CallerTool, performTimeoutMs, cancelled)
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    val ended = walks.map { runCatching { it.await() } }
+                    ended.firstOrNull { it.isFailure }?.exceptionOrNull()?.let { throw it }
+                    ended.map { it.getOrThrow() }
+                }
+            }
+        }
+    }
 
     /**
      * Approves a waiting call for exactly [argsDigest] and runs it. Approving
