@@ -14,7 +14,13 @@ call is a new execution):
   commits), the Ledger API;
 * ``executor``: ``execute`` of a side-effecting tool;
 * ``replay``: ``execute`` of a call that committed;
-* ``read_only``: ``execute`` of a read-only tool.
+* ``read_only``: ``execute`` of a read-only tool;
+* ``round8`` (with ``--rounds``): ``execute_round`` of eight new calls of
+  the side-effecting tool (one durable begin for the eight), against the
+  Rust ``execute_round``; ``python_driven`` is ``tl.Executor.execute_round``
+  now (``start_round``, each call walked in its own task), ``python_callback``
+  the library's async round calling the tools back, ``python_each`` eight
+  ``tl.Executor.execute`` one after another (eight durable begins).
 
 The executor figures come in three ways: ``callback`` is the library's async
 ``ToolExecutor.execute``, which calls the Python tool back from its own
@@ -71,6 +77,7 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=50)
     p.add_argument("--batches", type=int, default=10)
     p.add_argument("--dir", default=None)
+    p.add_argument("--rounds", action="store_true", help="add the round8 figure")
     args = p.parse_args()
     workdir = args.dir or tempfile.mkdtemp(prefix="toolledger-crossing-", dir=os.getcwd())
 
@@ -121,6 +128,19 @@ def main() -> int:
         out = executor.execute_sync("crossing", 2, call)
         assert isinstance(out, tl.Completed), out
 
+    async def round_callback():
+        native = executor._enter()
+        outs = await native.execute_round("crossing", 4, [new_call("noop") for _ in range(8)])
+        assert all(type(o).__name__.endswith("COMPLETED") for o in outs), outs
+
+    async def round_driven():
+        outs = await executor.execute_round("crossing", 4, [new_call("noop") for _ in range(8)])
+        assert all(isinstance(o, tl.Completed) for o in outs), outs
+
+    async def round_each():
+        for _ in range(8):
+            await driven(new_call("noop"))
+
     variants = {
         "ledger": [("python", lambda: ledger_once())],
         "executor": [
@@ -139,6 +159,13 @@ def main() -> int:
             ("python_sync", lambda: sync(read_sync)),
         ],
     }
+
+    if args.rounds:
+        variants["round8"] = [
+            ("python_callback", round_callback),
+            ("python_driven", round_driven),
+            ("python_each", round_each),
+        ]
 
     async def run() -> dict:
         samples: dict = {}

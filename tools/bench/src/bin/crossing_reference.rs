@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! toolledger-crossing-reference <dir>
-//! stdin:  <figure> <n>     figure: ledger | executor | replay | read_only
+//! stdin:  <figure> <n>     figure: ledger | executor | replay | read_only | round8
 //! stdout: one line per request: n durations in ns, separated by spaces
 //! ```
 //!
@@ -15,7 +15,9 @@
 //! `ledger` is `begin` → `commit` → `mark_delivered` of a new call (two
 //! durable commits); `executor` is `execute` of a new call to a no-op
 //! side-effecting tool that dedupes by key; `replay` is `execute` of a call
-//! that committed; `read_only` is `execute` of a no-op read-only tool. The
+//! that committed; `read_only` is `execute` of a no-op read-only tool;
+//! `round8` is `execute_round` of eight new calls to the side-effecting tool
+//! (one durable begin for the eight, then a commit each). The
 //! futures are driven with `block_on` on a current-thread runtime, as a
 //! synchronous Rust caller would. The ledger file is `<dir>/rust.db`.
 
@@ -112,6 +114,13 @@ impl Reference {
             "read_only" => {
                 let call = ToolCall::custom("read", "noop_read", "{}");
                 self.rt.block_on(self.executor.execute(&self.op, 3, call))?;
+            }
+            "round8" => {
+                let calls = (0..8)
+                    .map(|_| ToolCall::custom(self.call_id(), "noop", "{}"))
+                    .collect();
+                self.rt
+                    .block_on(self.executor.execute_round(&self.op, 4, calls))?;
             }
             other => return Err(format!("unknown figure {other}").into()),
         }
