@@ -197,6 +197,151 @@ extension ToolExecutor {
     }
 }
 
+extension ToolExecutor {
+    /// Runs every call of one model response on the calling thread's
+    /// behalf: the library's caller-driven `startRound` checks every call
+    /// (a bad call anywhere: nothing recorded) and begins the
+    /// side-effecting ones in one durable transaction (one sync for the
+    /// round); then each call is walked as `executeNow` walks one, the
+    /// calls in parallel (on the calling thread and threads started for the
+    /// round), at most the executor's `maxParallel()` tools at a time. Blocks until
+    /// every call has ended; outcomes in call order. If a call's walk fails
+    /// (a storage error), the others still finish and the first error is
+    /// thrown. Call it off the main thread (or use
+    /// `executeRound(operationId:round:calls:tools:queue:)`).
+    ///
+    /// - Throws: `LedgerError` as `startRound`; `.InvalidInput`, nothing
+    ///   recorded or run, when a call's tool is not among `tools` (by its
+    ///   descriptor's name).
+    public func executeRoundNow(
+        operationId: String, round: UInt32, calls: [ToolCall], tools: [any SyncTool]
+    ) throws -> [CallOutcome] {
+        let byName = try Self.tools(tools, for: calls)
+        return try walkRound(
+            from: startRound(operationId: operationId, round: round, calls: calls), of: calls, tools: byName)
+    }
+
+    /// `executeRoundNow` on `queue` (by default the layer's ledger queue),
+    /// never on the caller's thread or actor and never on Swift
+    /// concurrency's cooperative pool. Not cancellable once the round is
+    /// begun: a cancelled task's calls whose tool had not started are
+    /// recorded as never sent (the next ask runs them) and it throws
+    /// `CancellationError`; a tool that had started finishes and is
+    /// recorded. A task cancelled before the round is begun starts nothing.
+    public func executeRound(
+        operationId: String, round: UInt32, calls: [ToolCall], tools: [any SyncTool],
+        queue: DispatchQueue = AsyncLedger.defaultQueue
+    ) async throws -> [CallOutcome] {
+        let byName = try Self.tools(tools, for: calls)
+        try Task.checkCancellation()
+        let cancelled = CancelledFlag()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                queue.async {
+                    continuation.resume(with: Result {
+                        if cancelled.isSet { throw CancellationError() }
+                        return try self.walkRound(
+                            from: self.startRound(operationId: operationId, round: round, calls: calls),
+                            of: calls, tools: byName, gaveUp: { cancelled.isSet })
+                    })
+                }
+            }
+        } onCancel: {
+            cancelled.set()
+        }
+    }
+
+    /// The tools of a round by name; refuses a call whose tool is missing.
+    private static func tools(_ tools: [any SyncTool], for calls: [ToolCall]) throws -> [String: any SyncTool] {
+        var byName: [String: any SyncTool] = [:]
+        for tool in tools {
+            byName[try tool.descriptor().name] = tool
+        }
+        if let missing = calls.first(where: { byName[$0.toolName] == nil }) {
+            throw LedgerError.InvalidInput(
+                message: "no tool was given for \(missing.toolName) (call \(missing.callId)); nothing was recorded")
+        }
+        return byName
+    }
+
+    /// Walks each of a round's first steps to its outcome, in parallel: up
+    /// to `maxParallel()` workers (the calling thread and threads started
+    /// for the round: blocking tools wait on the network, so the bound is
+    /// the executor's, not the CPU count) take the calls in order. Outcomes
+    /// in call order, or the first error once every walk has ended.
+    private func walkRound(
+        from steps: [CallerStep], of calls: [ToolCall], tools: [String: any SyncTool],
+        gaveUp: @escaping @Sendable () -> Bool = { false }
+    ) throws -> [CallOutcome] {
+        guard steps.count == calls.count else {
+            throw LedgerError.Internal(message: "a round answered \(steps.count) steps for \(calls.count) calls")
+        }
+        let ended = RoundResults(count: steps.count)
+        var pending: [Int] = []
+        for (index, step) in steps.enumerated() {
+            if case .done(let outcome) = step {
+                ended.set(index, .success(outcome))
+            } else {
+                pending.append(index)
+            }
+        }
+        let queue = RoundQueue(pending)
+        let work: @Sendable () -> Void = {
+            while let index = queue.next() {
+                guard let tool = tools[calls[index].toolName] else {
+                    ended.set(index, .failure(LedgerError.Internal(message: "a round's tool went missing")))
+                    continue
+                }
+                ended.set(index, Result { try self.walk(from: steps[index], tool: tool, gaveUp: gaveUp) })
+            }
+        }
+        let width = min(max(1, Int(min(maxParallel(), 1024))), pending.count)
+        let workers = DispatchGroup()
+        for _ in 1..<max(1, width) {
+            workers.enter()
+            Thread {
+                work()
+                workers.leave()
+            }.start()
+        }
+        work()
+        workers.wait()
+        return try ended.outcomes()
+    }
+}
+
+/// The calls of a round left to walk, taken in order by the workers.
+private final class RoundQueue: @unchecked Sendable {
+    private let lock = NSLock()
+    private var indices: ArraySlice<Int>
+
+    init(_ indices: [Int]) { self.indices = indices[...] }
+
+    /// The next call to walk, if any.
+    func next() -> Int? { lock.withLock { indices.popFirst() } }
+}
+
+/// The outcomes of a round's walks, set from the workers' threads.
+private final class RoundResults: @unchecked Sendable {
+    private let lock = NSLock()
+    private var results: [Result<CallOutcome, Error>?]
+
+    init(count: Int) { results = Array(repeating: nil, count: count) }
+
+    /// Records call `index`'s result.
+    func set(_ index: Int, _ result: Result<CallOutcome, Error>) {
+        lock.withLock { results[index] = result }
+    }
+
+    /// The outcomes in call order, or the first error (in call order).
+    func outcomes() throws -> [CallOutcome] {
+        try lock.withLock { results }.map { result in
+            guard let result else { throw LedgerError.Internal(message: "a round's call did not end") }
+            return try result.get()
+        }
+    }
+}
+
 /// Set once, from a task's cancellation handler; read on the queue.
 private final class CancelledFlag: @unchecked Sendable {
     private let lock = NSLock()

@@ -1,0 +1,135 @@
+// Rounds of SyncTools from Swift: executeRoundNow and the async
+// executeRound begin every call of one model response in one durable
+// transaction (the library's startRound) and walk the calls in parallel:
+// one effect per call, a repeat replays the round, maxParallel bounds the
+// tools running at once, a bad call or a missing tool stops the round with
+// nothing recorded, a cancelled task leaves no call in flight. Effects are
+// counted at the downstream.
+
+import Foundation
+import ToolLedger
+import ToolLedgerTestTools
+import XCTest
+
+final class RoundTests: XCTestCase {
+    /// `send_email` as a SyncTool that counts how many performs run at once;
+    /// each waits (up to 10 s) for `allStarted` to be running, or for `gate`.
+    private final class RoundSend: SyncTool, @unchecked Sendable {
+        let downstream: Downstream
+        let allStarted: Int
+        let gate: DispatchSemaphore?
+        private let lock = NSLock()
+        private var running = 0
+        private(set) var most = 0
+        let calls = SyncCounter()
+
+        init(downstream: Downstream, allStarted: Int = 1, gate: DispatchSemaphore? = nil) {
+            self.downstream = downstream
+            self.allStarted = allStarted
+            self.gate = gate
+        }
+
+        var runningNow: Int { lock.withLock { running } }
+
+        func descriptor() throws -> ToolDescriptor {
+            ToolDescriptor(
+                name: "send_email", version: 1, effect: .sideEffect, batch: .atomic, idempotencyKey: true)
+        }
+
+        func performNow(request: ToolRequest) throws -> PerformOutcome {
+            calls.increment()
+            lock.withLock {
+                running += 1
+                most = max(most, running)
+            }
+            defer { lock.withLock { running -= 1 } }
+            let deadline = Date().addingTimeInterval(10)
+            while runningNow < allStarted && Date() < deadline { usleep(1_000) }
+            if let gate { _ = gate.wait(timeout: .now() + 10) }
+            usleep(20_000)
+            let id = try downstream.find(key: request.downstreamKey) ?? downstream.perform(key: request.downstreamKey)
+            return .committed(resultJson: sentJSON(id), externalId: id)
+        }
+    }
+
+    private func emails(_ n: Int) -> [ToolCall] {
+        (0..<n).map { emailCall(callId: "call_\($0)", to: "u\($0)@example.com") }
+    }
+
+    private func fixture(maxParallel: UInt32 = 4, _ make: (Downstream) -> RoundSend) throws
+        -> (ToolExecutor, Ledger, RoundSend, Downstream)
+    {
+        let dir = try scratchDirectory()
+        let ledger = try Ledger.open(path: "\(dir)/ledger.db", config: LedgerConfig())
+        let downstream = try Downstream(directory: "\(dir)/downstream")
+        let tool = make(downstream)
+        let executor = try executor(ledger, [tool], config: ExecutorConfig(maxParallel: maxParallel))
+        return (executor, ledger, tool, downstream)
+    }
+
+    func testARoundRunsItsCallsAtOnceOneEffectEachAndARepeatReplays() async throws {
+        let (executor, ledger, tool, downstream) = try fixture { RoundSend(downstream: $0, allStarted: 3) }
+        let first = try executor.executeRoundNow(operationId: "op_1", round: 0, calls: emails(3), tools: [tool])
+        let done = try first.map { try completed($0) }
+        XCTAssertEqual(done.map(\.replayed), [false, false, false])
+        XCTAssertEqual(Set(done.map(\.resultJson)).count, 3)
+        XCTAssertEqual(tool.most, 3)
+        let again = try await executor.executeRound(operationId: "op_1", round: 0, calls: emails(3), tools: [tool])
+        let replayed = try again.map { try completed($0) }
+        XCTAssertEqual(replayed.map(\.replayed), [true, true, true])
+        XCTAssertEqual(replayed.map(\.resultJson), done.map(\.resultJson))
+        XCTAssertEqual(tool.calls.value, 3)
+        XCTAssertEqual(try downstream.count(), 3)
+        XCTAssertEqual(try ledger.list(operationId: "op_1").map(\.status), [.committed, .committed, .committed])
+    }
+
+    func testMaxParallelBoundsTheToolsRunningAtOnce() throws {
+        let (executor, _, tool, downstream) = try fixture(maxParallel: 2) { RoundSend(downstream: $0) }
+        let outs = try executor.executeRoundNow(operationId: "op_1", round: 0, calls: emails(5), tools: [tool])
+        XCTAssertEqual(try outs.map { try completed($0).replayed }, [false, false, false, false, false])
+        XCTAssertEqual(tool.most, 2)
+        XCTAssertEqual(try downstream.count(), 5)
+    }
+
+    func testABadCallOrAMissingToolStopsTheRoundWithNothingRecorded() throws {
+        let (executor, ledger, tool, downstream) = try fixture { RoundSend(downstream: $0) }
+        var broken = emails(2)
+        broken.append(ToolCall(provider: .custom, callId: "call_j", toolName: "send_email", arguments: #"{"to":"#))
+        XCTAssertThrowsError(try executor.executeRoundNow(operationId: "op_1", round: 0, calls: broken, tools: [tool])) {
+            guard case LedgerError.InvalidInput = $0 else { return XCTFail("\($0)") }
+        }
+        var missing = emails(2)
+        missing.append(ToolCall(provider: .custom, callId: "call_x", toolName: "no_such_tool", arguments: "{}"))
+        XCTAssertThrowsError(try executor.executeRoundNow(operationId: "op_1", round: 0, calls: missing, tools: [tool])) {
+            guard case LedgerError.InvalidInput = $0 else { return XCTFail("\($0)") }
+        }
+        XCTAssertEqual(try ledger.list(operationId: "op_1").count, 0)
+        XCTAssertEqual(tool.calls.value, 0)
+        XCTAssertEqual(try downstream.count(), 0)
+    }
+
+    func testACancelledRoundGivesBackTheCallsThatDidNotRunAndTheNextAskRunsThemOnce() async throws {
+        let gate = DispatchSemaphore(value: 0)
+        let (executor, ledger, tool, downstream) = try fixture(maxParallel: 1) { RoundSend(downstream: $0, gate: gate) }
+        let calls = emails(3)
+        let round = Task { try await executor.executeRound(operationId: "op_1", round: 0, calls: calls, tools: [tool]) }
+        let deadline = Date().addingTimeInterval(10)
+        while tool.runningNow < 1 && Date() < deadline { try await Task.sleep(nanoseconds: 2_000_000) }
+        round.cancel()
+        gate.signal()
+        do {
+            _ = try await round.value
+            XCTFail("the cancelled round answered")
+        } catch is CancellationError {
+        }
+        let statuses = try ledger.list(operationId: "op_1").map { "\($0.status)" }.sorted()
+        XCTAssertEqual(statuses, ["committed", "failedBeforeCommit", "failedBeforeCommit"])
+        XCTAssertEqual(try downstream.count(), 1)
+        gate.signal()
+        gate.signal()
+        let outs = try executor.executeRoundNow(operationId: "op_1", round: 0, calls: calls, tools: [tool])
+        XCTAssertEqual(try outs.map { try completed($0).executionId }.count, 3)
+        XCTAssertEqual(tool.calls.value, 3)
+        XCTAssertEqual(try downstream.count(), 3)
+    }
+}
