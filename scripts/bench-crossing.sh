@@ -25,7 +25,8 @@
 # a real disk: BENCH_PARENT=/dev/shm measures on a tmpfs, without the
 # disk's own tail), KOTLIN_MODES (default "both"; "ktx" skips the
 # --callbacks-only run), JAVA_OPTS (extra JVM options for the Kotlin runs,
-# e.g. -Xlog:gc).
+# e.g. -Xlog:gc), ROUNDS=1 (adds the round8 figure to the Python and Kotlin
+# runs: a round of eight calls through execute_round, one durable begin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
@@ -53,7 +54,8 @@ for lang in "${langs[@]}"; do
       "$PY" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$dist"/toolledger-*.whl
       mkdir -p "$work/python"
       ( cd "$work" && "$PY" "$repo/bindings/python/bench/crossing_overhead.py" --reference "$reference" \
-          --calls "$CALLS" --batches "$BATCHES" --dir "$work/python" )
+          --calls "$CALLS" --batches "$BATCHES" --dir "$work/python" \
+          $([ "${ROUNDS:-0}" = 1 ] && echo --rounds) )
       ;;
     kotlin)
       PROFILE=release scripts/test-kotlin.sh "caller-driven: two callers" >/dev/null

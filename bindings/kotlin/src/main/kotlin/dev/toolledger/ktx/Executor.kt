@@ -17,6 +17,7 @@ import dev.toolledger.ToolHandler
 import java.util.concurrent.ConcurrentHashMap
 import kotlin.coroutines.cancellation.CancellationException
 import kotlinx.coroutines.CoroutineDispatcher
+import kotlinx.coroutines.CoroutineStart
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.Job
 import kotlinx.coroutines.NonCancellable
@@ -261,7 +262,8 @@ class Executor @JvmOverloads constructor(
      * When every call's tool is a [SyncTool] or a [CallerTool] registered
      * here, the round is begun by the library's caller-driven `startRound`
      * and each call walked as [execute] walks one, in its own coroutine on
-     * [dispatcher] (a [SyncTool] blocks one of its threads while it runs):
+     * [dispatcher] (a [SyncTool] blocks one of its threads while it runs; a
+     * [CallerTool]'s walk starts undispatched and yields where it suspends):
      * no hop to the library's threads, no callback into the JVM. Once the
      * round is begun it is not cancellable: a cancelled caller's calls
      * whose tool had not started are recorded as never sent (the next ask
@@ -293,7 +295,11 @@ class Executor @JvmOverloads constructor(
                 val turns = Semaphore(maxParallel)
                 supervisorScope {
                     val walks = first.zip(tools).map { (step, tool) ->
-                        async {
+                        // A CallerTool's walk starts here, on this thread, and
+                        // yields where its tool suspends (no dispatch for a
+                        // tool that answers at once); a SyncTool's blocks, so
+                        // each gets its own dispatch (a thread of its own).
+                        async(start = if (tool is SyncTool) CoroutineStart.DEFAULT else CoroutineStart.UNDISPATCHED) {
                             if (step is CallerStep.Done) {
                                 step.outcome
                             } else {

@@ -194,6 +194,17 @@ fun main(args: Array<String>) {
             ktx?.let { "kotlin_caller_tool_from_default" to fromDefault { call("read", "noop_read_caller") } },
         ),
     )
+    if (System.getenv("ROUNDS") == "1") {
+        // A round of eight new calls (one durable begin for the eight).
+        fun eight(tool: String) = List(8) { call(newId(), tool) }
+        fun checkAll(outs: List<CallOutcome>) = outs.forEach(::check)
+        variants["round8"] = listOfNotNull(
+            "kotlin_callback" to { checkAll(runBlocking { generated.executeRound("crossing", 4u, eight("noop")) }) },
+            ktx?.let { "kotlin_driven_suspend" to { checkAll(runBlocking { ktx!!.executeRound("crossing", 4, eight("noop_sync")) }) } },
+            ktx?.let { "kotlin_caller_tool_suspend" to { checkAll(runBlocking { ktx!!.executeRound("crossing", 4, eight("noop_caller")) }) } },
+            ktx?.let { "kotlin_caller_tool_each" to { runBlocking { repeat(8) { check(ktx!!.execute("crossing", 4, call(newId(), "noop_caller"))) } } } },
+        )
+    }
     batched.addAll(
         listOf("executor", "replay", "read_only").flatMap {
             listOf("${it}_kotlin_driven_suspend_from_default", "${it}_kotlin_caller_tool_from_default")
