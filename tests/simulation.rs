@@ -653,23 +653,28 @@ async fn schedule(seed: u64, path: &Path) -> Result<Summary, String> {
                         return;
                     }
                     // A caller-driven round of the three classes: one begin,
-                    // each step walked in its own task.
-                    let classes = &Class::ALL[..3];
-                    let calls = classes.iter().map(|&c| call_of(c)).collect();
+                    // the three walks run together inside this task (so a
+                    // killed session's walks die with it, at once).
+                    let calls = [Class::Key, Class::Lookup, Class::Neither]
+                        .map(call_of)
+                        .to_vec();
                     let Ok(steps) = exec.start_round(&op, 0, calls) else {
                         return;
                     };
-                    let walks: Vec<_> = classes
-                        .iter()
-                        .zip(steps)
-                        .map(|(&class, step)| {
-                            let (exec, world, held) = (exec.clone(), world.clone(), held.clone());
-                            tokio::spawn(drive_held(exec, world, held, class, step))
-                        })
-                        .collect();
-                    for walk in walks {
-                        let _ = walk.await;
-                    }
+                    let Ok([key, lookup, neither]) = <[CallerStep; 3]>::try_from(steps) else {
+                        return;
+                    };
+                    tokio::join!(
+                        drive_held(exec.clone(), world.clone(), held.clone(), Class::Key, key),
+                        drive_held(
+                            exec.clone(),
+                            world.clone(),
+                            held.clone(),
+                            Class::Lookup,
+                            lookup
+                        ),
+                        drive_held(exec, world, held, Class::Neither, neither),
+                    );
                 }));
             }
             94..=98 => {

@@ -245,7 +245,19 @@ impl Executor {
                 Ok(Some(ticket))
             }
             Err(crate::ledger::Error::StaleAttempt { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
+            Err(e) => {
+                // Not recorded (a storage error): still nobody's in this
+                // process, so still this executor's orphan, for the next
+                // ask to take over. Forgetting it would leave the call
+                // `executing` under this live session: `InFlight` for the
+                // life of the process.
+                if let Ok(mut a) = self.inner.attempts.lock() {
+                    if !a.running.contains_key(id) {
+                        a.orphans.entry(id.clone()).or_insert(attempt);
+                    }
+                }
+                Err(e.into())
+            }
         }
     }
 

@@ -338,3 +338,142 @@ fn a_round_whose_reconciliation_fails_leaves_no_call_in_flight() {
     let again = exec.start_round(&op("op"), 0, round).unwrap();
     assert!(again.iter().all(completed), "{again:?}");
 }
+
+/// Two calls of one round with the same call id (a model that repeats a
+/// call id): one execution, one Perform, the other answered `InFlight` (the
+/// same arguments) or `Conflict` (other arguments); one effect.
+#[test]
+fn duplicate_call_ids_in_one_round_get_one_perform_and_other_arguments_a_conflict() {
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let exec = executor_at(&dir.path().join("l.db"));
+    exec.register(tool(&service, true, false)).unwrap();
+    let same = vec![pay_call(1), pay_call(1)];
+    let steps = exec.start_round(&op("op"), 0, same).unwrap();
+    let performs = steps
+        .iter()
+        .filter(|s| matches!(s, CallerStep::Perform(_)))
+        .count();
+    assert_eq!(performs, 1, "{steps:?}");
+    assert!(
+        matches!(&steps[1], CallerStep::Done(CallOutcome::InFlight { .. })),
+        "{:?}",
+        steps[1]
+    );
+    for step in steps {
+        drive(&exec, &service, step);
+    }
+    assert_eq!(service.effects().len(), 1);
+    let mut other = pay_call(2);
+    other.call_id = "call_1".into();
+    other.arguments = r#"{"amount":"99.00"}"#.into();
+    let again = exec
+        .start_round(&op("op2"), 0, vec![pay_call(1), other])
+        .unwrap();
+    assert!(
+        matches!(&again[0], CallerStep::Perform(_)),
+        "{:?}",
+        again[0]
+    );
+    assert!(
+        matches!(&again[1], CallerStep::Done(CallOutcome::Conflict { .. })),
+        "{:?}",
+        again[1]
+    );
+    for step in again {
+        drive(&exec, &service, step);
+    }
+    assert_eq!(service.effects().len(), 2);
+    assert_eq!(records(&exec), 2);
+}
+
+/// An attempt this executor stopped driving (its `execute` future was
+/// dropped mid-perform: an orphan), asked for again in a round whose
+/// takeover of it cannot write (another connection holds the write lock
+/// just after the round's begin): `start_round` fails, as it may, and the
+/// attempt stays this executor's orphan. (Before the fix the takeover
+/// forgot the orphan ahead of its write: once the lock was free the call
+/// was `executing` under this live session, nobody's, and `InFlight` to
+/// every later ask of the process, `recover()` included.)
+#[test]
+fn an_orphan_whose_takeover_cannot_be_written_stays_an_orphan_not_in_flight() {
+    let service = Downstream::start(Behaviour {
+        idempotency: true,
+        latency: Duration::from_millis(400),
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let config = LedgerConfig {
+        busy_timeout: Duration::from_millis(300),
+        ..LedgerConfig::default()
+    };
+    let ledger = Ledger::open(&path, config).unwrap();
+    let observer = Arc::new(LockAfterBegin {
+        path: path.clone(),
+        hold: Duration::from_millis(1500),
+        armed: Mutex::new(false),
+        holder: Mutex::new(None),
+    });
+    ledger.set_observer(Some(observer.clone())).unwrap();
+    let exec = Executor::new(Arc::new(ledger), downstream::fast_config());
+    exec.register(tool(&service, true, false)).unwrap();
+    // The caller of call 0 goes away while its tool runs: an orphan.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let gone = tokio::time::timeout(
+            Duration::from_millis(100),
+            exec.execute(&op("op"), 0, pay_call(0)),
+        )
+        .await;
+        assert!(gone.is_err(), "{gone:?}");
+    });
+    drop(rt);
+    std::thread::sleep(Duration::from_millis(600));
+    *observer.armed.lock().unwrap() = true;
+    let round = vec![pay_call(0), pay_call(1)];
+    let err = exec.start_round(&op("op"), 0, round.clone());
+    assert!(matches!(err, Err(ExecError::Ledger(_))), "{err:?}");
+    if let Some(holder) = observer.holder.lock().unwrap().take() {
+        holder.join().unwrap();
+    }
+    let recovered = rt2().block_on(exec.recover()).unwrap();
+    assert!(
+        !recovered
+            .outcomes
+            .iter()
+            .any(|o| matches!(o, CallOutcome::InFlight { .. })),
+        "{:?}",
+        recovered.outcomes
+    );
+    for _ in 0..3 {
+        let steps = exec.start_round(&op("op"), 0, round.clone()).unwrap();
+        for step in &steps {
+            assert!(
+                !matches!(step, CallerStep::Done(CallOutcome::InFlight { .. })),
+                "left in flight in this live process: {step:?}"
+            );
+        }
+        for step in steps {
+            drive(&exec, &service, step);
+        }
+    }
+    assert_eq!(
+        service.effects().len(),
+        2,
+        "one effect per call (the key dedupes)"
+    );
+}
+
+fn rt2() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
