@@ -176,3 +176,31 @@ def test_a_round_with_a_raw_tool_handler_goes_through_the_librarys_executor(ledg
     outs = asyncio.run(main())
     assert [type(o) for o in outs] == [tl.Completed] * 2
     assert state["performs"] == 1 and downstream.count() == 2
+
+
+def test_a_round_cancelled_before_its_walks_start_gives_back_every_attempt(ledger_path, downstream):
+    """The round's task is cancelled right after its first step
+    (`start_round` handed out three Performs and one task per call was
+    created), before those tasks first ran (a sibling's `task.cancel()` in
+    the same loop iteration, a TaskGroup abort): a task cancelled before it
+    starts never enters its body, so the round gives the attempts back
+    itself (never sent), rather than leave them executing (`InFlight` for
+    the life of the process). Found by a review; it failed before."""
+    tool, state = counting_tool(downstream)
+
+    async def main():
+        with tl.Ledger.open(ledger_path) as ledger:
+            executor = tl.Executor(ledger, tools=[tool], max_parallel=4)
+            task = asyncio.ensure_future(executor.execute_round("op_1", 0, emails(3)))
+            # Runs after the task's first step, before the per-call tasks'.
+            asyncio.get_running_loop().call_soon(task.cancel)
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            between = sorted((r.status.name, r.attempt_count) for r in ledger.list("op_1"))
+            outs = await executor.execute_round("op_1", 0, emails(3))
+            return between, outs
+
+    between, outs = asyncio.run(main())
+    assert between == [("FAILED_BEFORE_COMMIT", 1)] * 3
+    assert [type(o) for o in outs] == [tl.Completed] * 3
+    assert state["performs"] == 3 and downstream.count() == 3

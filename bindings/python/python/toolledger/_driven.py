@@ -266,25 +266,36 @@ async def arun_round(native: Any, steps: List[Any], walkers: List[Any], max_para
     cancels every walk: a tool that was running is reported as
     interrupted (``arun``), a call still waiting for its turn is given
     back (never sent)."""
-    limit = asyncio.Semaphore(max(1, max_parallel))
+    # Whether each walk has begun: a walk's task cancelled before it first
+    # runs (the caller cancelled as the round was handed out) never enters
+    # its body, so its step is given back here.
+    walked = [False] * len(steps)
+    try:
+        limit = asyncio.Semaphore(max(1, max_parallel))
 
-    async def walk(step: Any, perform: Any, lookup: Any) -> Any:
-        kind = type(step)
-        if kind is _DONE:
-            return step.outcome
-        try:
-            await limit.acquire()
-        except BaseException:
-            give_back(native, step, _NOT_WALKED)
-            raise
-        try:
-            return await arun(native, step, perform, lookup)
-        finally:
-            limit.release()
+        async def walk(index: int, step: Any, perform: Any, lookup: Any) -> Any:
+            walked[index] = True
+            kind = type(step)
+            if kind is _DONE:
+                return step.outcome
+            try:
+                await limit.acquire()
+            except BaseException:
+                give_back(native, step, _NOT_WALKED)
+                raise
+            try:
+                return await arun(native, step, perform, lookup)
+            finally:
+                limit.release()
 
-    ended = await asyncio.gather(
-        *(walk(step, perform, lookup) for step, (perform, lookup) in zip(steps, walkers)),
-        return_exceptions=True)
+        ended = await asyncio.gather(
+            *(walk(i, step, perform, lookup) for i, (step, (perform, lookup)) in enumerate(zip(steps, walkers))),
+            return_exceptions=True)
+    except BaseException:
+        for index, step in enumerate(steps):
+            if not walked[index]:
+                give_back(native, step, _NOT_WALKED)
+        raise
     for result in ended:
         if isinstance(result, BaseException):
             raise result
