@@ -1,5 +1,6 @@
 """Seeded schedules for the caller-driven `Executor.execute` (an `async def`
-tool run in the awaiting task, the path the framework adapters take too).
+tool run in the awaiting task, the path the framework adapters take too)
+and `Executor.execute_round` (a round's calls walked in tasks of their own).
 
 In each schedule one to three tasks ask for the same call at random moments,
 some are cancelled at random moments, and the tool follows a seeded script
@@ -154,3 +155,90 @@ def test_seeded_schedules_never_give_two_effects_a_false_answer_or_a_call_left_i
     asyncio.run(asyncio.wait_for(main(), 600))
     print(f"{offers}: {SCHEDULES} schedules, final answers {finals}")
     assert sum(finals.values()) == SCHEDULES
+
+
+@pytest.mark.parametrize("offers", ["key", "lookup", "neither"])
+def test_seeded_round_schedules_never_give_two_effects_a_false_answer_or_a_call_left_in_flight(ledger_path, offers):
+    """The same invariants for `Executor.execute_round`: each schedule is a
+    round of two or three calls (a scripted tool each), asked for by one to
+    three tasks at random moments, as a round or (some tasks) one call at a
+    time, some tasks cancelled at random moments, under a random
+    `max_parallel` (1 to 3): a call waiting for its turn when its task is
+    cancelled is given back, a running one reported interrupted."""
+    service = Service()
+    finals = {}
+
+    async def main():
+        with tl.Ledger.open(ledger_path) as ledger:
+            executors = {
+                width: tl.Executor(ledger, max_attempts=3, perform_timeout_ms=40, backoff_base_ms=1,
+                                   backoff_max_ms=2, max_parallel=width)
+                for width in (1, 2, 3)
+            }
+            op = f"rounds_{offers}"
+            for s in range(SCHEDULES):
+                rng = random.Random(20261203 * 31 + s * 7 + len(offers))
+                executor = executors[1 + rng.randrange(3)]
+                tools, calls, scripts = [], [], []
+                for i in range(2 + rng.randrange(2)):
+                    moves = [rng.choice(MOVES) for _ in range(3)]
+                    tool = scripted(f"rtool_{s}_{i}", offers, service, moves)
+                    executor.register(tool)
+                    tools.append(tool)
+                    scripts.append(moves)
+                    calls.append(tl.ToolCall(f"rcall_{s}_{i}", tool.name, {}))
+                answers = [[] for _ in calls]
+
+                async def caller(start, cancel_after, which):
+                    await asyncio.sleep(start)
+                    if which is None:
+                        task = asyncio.ensure_future(executor.execute_round(op, 0, calls))
+                    else:
+                        task = asyncio.ensure_future(executor.execute(op, 0, calls[which]))
+                    if cancel_after is not None:
+                        await asyncio.sleep(cancel_after)
+                        task.cancel()
+                    try:
+                        got = await task
+                    except asyncio.CancelledError:
+                        return
+                    if which is None:
+                        for i, a in enumerate(got):
+                            answers[i].append(a)
+                    else:
+                        answers[which].append(got)
+
+                callers = []
+                for _ in range(1 + rng.randrange(3)):
+                    start = rng.uniform(0, 0.01)
+                    cancel_after = rng.uniform(0, 0.06) if rng.randrange(10) < 3 else None
+                    which = None if rng.randrange(3) else rng.randrange(len(calls))
+                    callers.append(caller(start, cancel_after, which))
+                await asyncio.gather(*callers)
+
+                final = None
+                for _ in range(300):  # every caller gone: every call settles
+                    final = await executor.execute_round(op, 0, calls)
+                    if not any(isinstance(a, tl.InFlight) for a in final):
+                        break
+                    await asyncio.sleep(0.01)
+                for i, (tool, moves) in enumerate(zip(tools, scripts)):
+                    what = f"round schedule {s} ({offers}), call {i} {moves}: answers {answers[i]}, final {final[i]}"
+                    assert not isinstance(final[i], tl.InFlight), f"{what}: still in flight"
+                    effects = sum(service.count(k) for k in tool.keys)
+                    if offers == "key":
+                        assert len(tool.keys) <= 1, f"{what}: a resend under another key {tool.keys}"
+                    assert effects <= 1, f"{what}: {effects} effects"
+                    for a in answers[i] + [final[i]]:
+                        if isinstance(a, tl.Completed):
+                            assert effects == 1, f"{what}: Completed with no effect"
+                            (key,) = tool.keys
+                            assert a.result == {"id": f"msg_{key}"}, f"{what}: a result that is not the effect's"
+                        elif isinstance(a, tl.Failed) and (not a.retryable or a is final[i]):
+                            assert effects == 0, f"{what}: Failed although the effect happened"
+                    kind = type(final[i]).__name__
+                    finals[kind] = finals.get(kind, 0) + 1
+
+    asyncio.run(asyncio.wait_for(main(), 600))
+    print(f"{offers}: {SCHEDULES} round schedules, final answers {finals}")
+    assert sum(finals.values()) >= 2 * SCHEDULES

@@ -13,7 +13,10 @@
 // - once every caller is gone the call settles: asking again answers
 //   something other than InFlight within a bounded wait.
 //
-// TOOLLEDGER_KT_SCHEDULES sets the number of schedules per kind (default 100).
+// The round schedules check the same per call for executeRound (rounds of
+// two or three calls, racing single calls of the same calls, under a random
+// maxParallel). TOOLLEDGER_KT_SCHEDULES sets the number of schedules per
+// kind (default 100).
 package dev.toolledger.test
 
 import dev.toolledger.CallOutcome
@@ -179,6 +182,93 @@ private suspend fun TestContext.runSchedules(offers: Offers) {
     println("    $offers: ${schedules()} schedules, final answers $counts")
 }
 
+/**
+ * The same invariants for `executeRound`: each schedule is a round of two
+ * or three calls (a scripted tool each), asked for by one to three
+ * coroutines at random moments, as a round or (some of them) one call at a
+ * time, some cancelled at random moments, under a random `maxParallel`
+ * (1 to 3).
+ */
+private suspend fun TestContext.runRoundSchedules(offers: Offers) {
+    val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+    val executors = (1..3).associateWith { width ->
+        closeAfter(
+            Executor(
+                ledger,
+                executorConfig(maxAttempts = 3, performTimeoutMs = 40, backoffBaseMs = 1, backoffMaxMs = 2, maxParallel = width),
+            ),
+        )
+    }
+    val service = Service()
+    val counts = mutableMapOf<String, Int>()
+    val op = "rounds_$offers"
+    repeat(schedules()) { s ->
+        val random = Random(20261203L * 31 + s * 7 + offers.ordinal)
+        val executor = executors.getValue(1 + random.nextInt(3))
+        val size = 2 + random.nextInt(2)
+        val scripts = List(size) { List(3) { Move.entries[random.nextInt(Move.entries.size)] } }
+        val tools = List(size) { i -> Scripted("rtool_${s}_$i", offers, service, scripts[i]).also(executor::register) }
+        val calls = tools.mapIndexed { i, t ->
+            ToolCall(provider = Provider.CUSTOM, callId = "rcall_${s}_$i", toolName = t.descriptor().name, arguments = "{}")
+        }
+        val answers = List(size) { Collections.synchronizedList(mutableListOf<CallOutcome>()) }
+        withContext(Dispatchers.Default) {
+            val callers = List(1 + random.nextInt(3)) {
+                val start = random.nextLong(0, 10)
+                val cancelAfter = if (random.nextInt(10) < 3) random.nextLong(0, 60) else null
+                val which = if (random.nextInt(3) == 0) random.nextInt(size) else null
+                launch {
+                    delay(start)
+                    val caller = launch {
+                        if (which == null) {
+                            executor.executeRound(op, 0, calls).forEachIndexed { i, a -> answers[i].add(a) }
+                        } else {
+                            answers[which].add(executor.execute(op, 0, calls[which]))
+                        }
+                    }
+                    if (cancelAfter != null) {
+                        delay(cancelAfter)
+                        caller.cancel()
+                    }
+                    caller.join()
+                }
+            }
+            callers.joinAll()
+        }
+        // Every caller gone: every call settles.
+        var final: List<CallOutcome> = emptyList()
+        for (attempt in 0 until 300) {
+            final = executor.executeRound(op, 0, calls)
+            if (final.none { it is CallOutcome.InFlight }) break
+            delay(10)
+        }
+        for (i in 0 until size) {
+            val what = "round schedule $s ($offers), call $i ${scripts[i]}: answers ${answers[i]}, final ${final[i]}"
+            if (final[i] is CallOutcome.InFlight) fail("$what: still InFlight after every caller left")
+            val tool = tools[i]
+            val key = tool.keys.singleOrNull()
+            val effects = tool.keys.sumOf { service.count(it) }
+            if (offers == Offers.KEY) assertTrue(tool.keys.size <= 1, "$what: a resend under another key: ${tool.keys}")
+            assertTrue(effects <= 1, "$what: $effects effects")
+            for (a in answers[i] + final[i]) {
+                when (a) {
+                    is CallOutcome.Completed -> {
+                        assertEquals(1, effects, "$what: Completed with no effect: $a")
+                        assertEquals(sentJson("msg_$key"), a.resultJson, "$what: a result that is not the effect's")
+                    }
+                    is CallOutcome.Failed -> if (!a.retryable || a === final[i]) {
+                        assertEquals(0, effects, "$what: Failed although the effect happened: $a")
+                    }
+                    else -> Unit
+                }
+            }
+            val kind = final[i].javaClass.simpleName
+            counts[kind] = (counts[kind] ?: 0) + 1
+        }
+    }
+    println("    $offers: ${schedules()} round schedules, final answers $counts")
+}
+
 val callerToolScheduleTests = listOf(
     test("CallerTool schedules: a key downstream, random callers, cancellations and failures: one effect, one key, settled") {
         runSchedules(Offers.KEY)
@@ -188,5 +278,14 @@ val callerToolScheduleTests = listOf(
     },
     test("CallerTool schedules: a neither downstream: at most one effect, never resent, settled") {
         runSchedules(Offers.NEITHER)
+    },
+    test("CallerTool round schedules: a key downstream, rounds and single calls racing, cancellations: one effect per call, settled") {
+        runRoundSchedules(Offers.KEY)
+    },
+    test("CallerTool round schedules: a lookup downstream: at most one effect per call, settled") {
+        runRoundSchedules(Offers.LOOKUP)
+    },
+    test("CallerTool round schedules: a neither downstream: at most one effect per call, never resent, settled") {
+        runRoundSchedules(Offers.NEITHER)
     },
 )
