@@ -44,7 +44,9 @@ final class RoundTests: XCTestCase {
             }
             defer { lock.withLock { running -= 1 } }
             let deadline = Date().addingTimeInterval(10)
-            while runningNow < allStarted && Date() < deadline { usleep(1_000) }
+            // `calls` only grows: every tool of the round has started once it
+            // reaches allStarted (the first to finish does not undo that).
+            while calls.value < allStarted && Date() < deadline { usleep(1_000) }
             if let gate { _ = gate.wait(timeout: .now() + 10) }
             usleep(20_000)
             let id = try downstream.find(key: request.downstreamKey) ?? downstream.perform(key: request.downstreamKey)

@@ -66,7 +66,9 @@ private class RoundSend(
 
     override suspend fun perform(request: ToolRequest): PerformOutcome = seen.counted {
         names.add(currentCoroutineContext()[CoroutineName]?.name)
-        withTimeout(10_000) { while (seen.running.get() < allStarted) delay(2) }
+        // `performs` only grows: every tool of the round has started once
+        // it reaches allStarted (the first to finish does not undo that).
+        withTimeout(10_000) { while (seen.performs.get() < allStarted) delay(2) }
         gate?.await()
         val id = withContext(Dispatchers.IO) {
             downstream.find(request.downstreamKey) ?: downstream.perform(request.downstreamKey)
