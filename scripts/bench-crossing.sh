@@ -25,8 +25,8 @@
 # a real disk: BENCH_PARENT=/dev/shm measures on a tmpfs, without the
 # disk's own tail), KOTLIN_MODES (default "both"; "ktx" skips the
 # --callbacks-only run), JAVA_OPTS (extra JVM options for the Kotlin runs,
-# e.g. -Xlog:gc), ROUNDS=1 (adds the round8 figure to the Python and Kotlin
-# runs: a round of eight calls through execute_round, one durable begin).
+# e.g. -Xlog:gc), ROUNDS=1 (adds the round8 figure to the Python, Kotlin and
+# Swift runs: a round of eight calls through execute_round, one durable begin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
@@ -75,7 +75,8 @@ for lang in "${langs[@]}"; do
       PROFILE=release scripts/test-swift.sh --filter CallerDrivenTests >/dev/null
       pkg="$repo/bindings/swift"
       cp -f "$reference" "$pkg/lib/toolledger-crossing-reference"
-      ( cd "$pkg" && scripts_dir="$repo/scripts" && "$scripts_dir/swift-in-chroot.sh" "$repo" \
+      ( cd "$pkg" && scripts_dir="$repo/scripts" && SWIFT_CHROOT_PASS_ENV="${SWIFT_CHROOT_PASS_ENV:-} ROUNDS" \
+          "$scripts_dir/swift-in-chroot.sh" "$repo" \
           swift run -c release -Xlinker -L"$pkg/lib" -Xlinker -ltoolledger -Xlinker -rpath -Xlinker "$pkg/lib" \
           ToolLedgerCrossingBench "$pkg/lib/toolledger-crossing-reference" "$work/swift" "$CALLS" "$BATCHES" )
       ;;

@@ -10,7 +10,10 @@
 // figures three ways: `callback` (the generated async `execute`: the library
 // calls the Swift tool back from its threads), `driven_now` (`executeNow` of
 // a SyncTool: caller-driven steps on this thread), `driven_async` (the async
-// `execute(…, tool:)`, on the layer's dispatch queue).
+// `execute(…, tool:)`, on the layer's dispatch queue). With ROUNDS=1, also
+// `round8`: eight new calls as one round (the generated `executeRound`,
+// calling the tools back; `executeRoundNow` and the async `executeRound(…,
+// tools:)` of a SyncTool; eight `executeNow`s one after another).
 
 import Foundation
 import ToolLedger
@@ -141,7 +144,10 @@ let replayed = call("replayed", "noop")
 let replayedSync = call("replayed", "noop_sync")
 callback(replayed)
 now(replayedSync, noopSync)
-let variants: [(String, [(String, () -> Void)])] = [
+func eight(_ tool: String) -> [ToolCall] { (0..<8).map { _ in call(newId(), tool) } }
+func checkAll(_ outcomes: [CallOutcome]) { outcomes.forEach(check) }
+
+var variants: [(String, [(String, () -> Void)])] = [
     ("ledger", [("swift", ledgerOnce)]),
     ("executor", [
         ("swift_callback", { callback(call(newId(), "noop")) }),
@@ -159,6 +165,23 @@ let variants: [(String, [(String, () -> Void)])] = [
         ("swift_driven_async", { driven(call("read", "noop_read_sync"), readSync) }),
     ]),
 ]
+if ProcessInfo.processInfo.environment["ROUNDS"] == "1" {
+    // A round of eight new calls (one durable begin for the eight).
+    variants.append(("round8", [
+        ("swift_callback", {
+            checkAll(wait { try await executor.executeRound(operationId: "crossing", round: 4, calls: eight("noop")) })
+        }),
+        ("swift_driven_now", {
+            checkAll(try! executor.executeRoundNow(operationId: "crossing", round: 4, calls: eight("noop_sync"), tools: [noopSync]))
+        }),
+        ("swift_driven_async", {
+            checkAll(wait { try await executor.executeRound(operationId: "crossing", round: 4, calls: eight("noop_sync"), tools: [noopSync]) })
+        }),
+        ("swift_driven_now_each", {
+            for c in eight("noop_sync") { now(c, noopSync) }
+        }),
+    ]))
+}
 var samples: [String: [UInt64]] = [:]
 for _ in 0..<batches {
     for (figure, ways) in variants {
