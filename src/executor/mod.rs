@@ -244,7 +244,13 @@ impl Executor {
                 ticket.unknown_since = Some(since);
                 Ok(Some(ticket))
             }
-            Err(crate::ledger::Error::StaleAttempt { .. }) => Ok(None),
+            // Another ask took it over between the read above and this
+            // write (the mark is fenced by the row's status and attempt):
+            // it is being reconciled there.
+            Err(
+                crate::ledger::Error::StaleAttempt { .. }
+                | crate::ledger::Error::InvalidTransition { .. },
+            ) => Ok(None),
             Err(e) => {
                 // Not recorded (a storage error): still nobody's in this
                 // process, so still this executor's orphan, for the next
