@@ -266,19 +266,24 @@ async def arun_round(native: Any, steps: List[Any], walkers: List[Any], max_para
     cancels every walk: a tool that was running is reported as
     interrupted (``arun``), a call still waiting for its turn is given
     back (never sent)."""
-    # Whether each walk has begun: a walk's task cancelled before it first
-    # runs (the caller cancelled as the round was handed out) never enters
-    # its body, so its step is given back here.
-    walked = [False] * len(steps)
+    # Each step is claimed once, by its walk or by the give-back below,
+    # whichever comes first. A walk's task cancelled before it first runs
+    # (the caller cancelled as the round was handed out) never enters its
+    # body, so its step is given back below; a walk whose step was given
+    # back (an interruption inside `gather`, with some tasks created and
+    # not yet run) must then not run its tool on an attempt recorded as
+    # never sent.
+    claimed = [False] * len(steps)
     try:
         limit = asyncio.Semaphore(max(1, max_parallel))
 
         async def walk(index: int, step: Any, perform: Any, lookup: Any) -> Any:
-            walked[index] = True
-            kind = type(step)
-            if kind is _DONE:
-                return step.outcome
+            if claimed[index]:
+                raise asyncio.CancelledError()
             try:
+                claimed[index] = True
+                if type(step) is _DONE:
+                    return step.outcome
                 await limit.acquire()
             except BaseException:
                 give_back(native, step, _NOT_WALKED)
@@ -292,9 +297,20 @@ async def arun_round(native: Any, steps: List[Any], walkers: List[Any], max_para
             *(walk(i, step, perform, lookup) for i, (step, (perform, lookup)) in enumerate(zip(steps, walkers))),
             return_exceptions=True)
     except BaseException:
+        # Every step nobody claimed is given back, even if a give-back is
+        # itself interrupted (a second Ctrl-C): the first such interruption
+        # goes on once all are done.
+        interrupted = None
         for index, step in enumerate(steps):
-            if not walked[index]:
+            if claimed[index]:
+                continue
+            claimed[index] = True
+            try:
                 give_back(native, step, _NOT_WALKED)
+            except BaseException as e:  # noqa: BLE001 - re-raised below, after the rest
+                interrupted = interrupted or e
+        if interrupted is not None:
+            raise interrupted
         raise
     for result in ended:
         if isinstance(result, BaseException):
