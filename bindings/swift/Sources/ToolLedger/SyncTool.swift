@@ -274,6 +274,10 @@ extension ToolExecutor {
         gaveUp: @escaping @Sendable () -> Bool = { false }
     ) throws -> [CallOutcome] {
         guard steps.count == calls.count else {
+            // Nothing handed out is left outstanding, even on a library bug.
+            for case .perform(let attempt) in steps {
+                giveBack(attempt, reason: "the round's steps did not match its calls")
+            }
             throw LedgerError.Internal(message: "a round answered \(steps.count) steps for \(calls.count) calls")
         }
         let ended = RoundResults(count: steps.count)
@@ -289,6 +293,9 @@ extension ToolExecutor {
         let work: @Sendable () -> Void = {
             while let index = queue.next() {
                 guard let tool = tools[calls[index].toolName] else {
+                    if case .perform(let attempt) = steps[index] {
+                        self.giveBack(attempt, reason: "the round's tool went missing")
+                    }
                     ended.set(index, .failure(LedgerError.Internal(message: "a round's tool went missing")))
                     continue
                 }

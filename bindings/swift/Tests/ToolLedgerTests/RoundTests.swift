@@ -86,7 +86,9 @@ final class RoundTests: XCTestCase {
     }
 
     func testMaxParallelBoundsTheToolsRunningAtOnce() throws {
-        let (executor, _, tool, downstream) = try fixture(maxParallel: 2) { RoundSend(downstream: $0) }
+        // The first two wait for each other: two at once is certain, and the
+        // bound keeps it at two.
+        let (executor, _, tool, downstream) = try fixture(maxParallel: 2) { RoundSend(downstream: $0, allStarted: 2) }
         let outs = try executor.executeRoundNow(operationId: "op_1", round: 0, calls: emails(5), tools: [tool])
         XCTAssertEqual(try outs.map { try completed($0).replayed }, [false, false, false, false, false])
         XCTAssertEqual(tool.most, 2)
@@ -133,5 +135,55 @@ final class RoundTests: XCTestCase {
         XCTAssertEqual(try outs.map { try completed($0).executionId }.count, 3)
         XCTAssertEqual(tool.calls.value, 3)
         XCTAssertEqual(try downstream.count(), 3)
+    }
+
+    /// A task cancelled while its round waits for `queue` begins nothing (from a review).
+    func testARoundCancelledWhileItWaitsForItsQueueBeginsNothing() async throws {
+        let (executor, ledger, tool, downstream) = try fixture { RoundSend(downstream: $0) }
+        let queue = DispatchQueue(label: "held")
+        let hold = DispatchSemaphore(value: 0)
+        queue.async { _ = hold.wait(timeout: .now() + 10) }
+        let calls = emails(3)
+        let round = Task { try await executor.executeRound(operationId: "op_1", round: 0, calls: calls, tools: [tool], queue: queue) }
+        try await Task.sleep(nanoseconds: 50_000_000)
+        round.cancel()
+        hold.signal()
+        do {
+            _ = try await round.value
+            XCTFail("the cancelled round answered")
+        } catch is CancellationError {
+        }
+        XCTAssertEqual(try ledger.list(operationId: "op_1").count, 0)
+        XCTAssertEqual(tool.calls.value, 0)
+        XCTAssertEqual(try downstream.count(), 0)
+    }
+
+    /// maxParallel 2, four calls, cancelled while the first two tools run:
+    /// those two finish and are recorded, the two that never started are
+    /// given back; the next ask replays the two and runs the others once
+    /// (from a review).
+    func testACancelledParallelRoundRecordsTheStartedToolsAndGivesBackTheRest() async throws {
+        let gate = DispatchSemaphore(value: 0)
+        let (executor, ledger, tool, downstream) = try fixture(maxParallel: 2) { RoundSend(downstream: $0, gate: gate) }
+        let calls = emails(4)
+        let round = Task { try await executor.executeRound(operationId: "op_1", round: 0, calls: calls, tools: [tool]) }
+        let deadline = Date().addingTimeInterval(10)
+        while tool.calls.value < 2 && Date() < deadline { try await Task.sleep(nanoseconds: 2_000_000) }
+        round.cancel()
+        gate.signal()
+        gate.signal()
+        do {
+            _ = try await round.value
+            XCTFail("the cancelled round answered")
+        } catch is CancellationError {
+        }
+        let statuses = try ledger.list(operationId: "op_1").map { "\($0.status)" }.sorted()
+        XCTAssertEqual(statuses, ["committed", "committed", "failedBeforeCommit", "failedBeforeCommit"])
+        XCTAssertEqual(tool.calls.value, 2)
+        for _ in 0..<2 { gate.signal() }
+        let outs = try executor.executeRoundNow(operationId: "op_1", round: 0, calls: calls, tools: [tool])
+        XCTAssertEqual(try outs.map { try completed($0).replayed }, [true, true, false, false])
+        XCTAssertEqual(tool.calls.value, 4)
+        XCTAssertEqual(try downstream.count(), 4)
     }
 }

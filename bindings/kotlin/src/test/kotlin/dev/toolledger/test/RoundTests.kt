@@ -77,12 +77,17 @@ private class RoundSend(
     }
 }
 
-/** `send_email` as a [SyncTool] that holds its thread for [holdMs]. */
-private class BlockingRoundSend(val downstream: Downstream, private val holdMs: Long) :
+/**
+ * `send_email` as a [SyncTool] that holds its thread for [holdMs], each of
+ * the first [allStarted] waiting (up to 10 s) for the others to start.
+ */
+private class BlockingRoundSend(val downstream: Downstream, private val holdMs: Long, private val allStarted: Int = 1) :
     SyncTool(toolDescriptor("send_email")) {
     val seen = Concurrency()
 
     override fun performNow(request: ToolRequest): PerformOutcome = seen.counted {
+        val deadline = System.nanoTime() + 10_000_000_000
+        while (seen.performs.get() < allStarted && System.nanoTime() < deadline) Thread.sleep(1)
         Thread.sleep(holdMs)
         val id = downstream.perform(request.downstreamKey)
         PerformOutcome.Committed(resultJson = sentJson(id), externalId = id)
@@ -116,7 +121,7 @@ val roundTests = listOf(
     test("executeRound: SyncTools run in parallel on the dispatcher, at most maxParallel at once") {
         val downstream = downstream()
         val ledger = closeAfter(SuspendLedger.open(ledgerPath))
-        val tool = BlockingRoundSend(downstream, holdMs = 40)
+        val tool = BlockingRoundSend(downstream, holdMs = 40, allStarted = 2)
         val executor = closeAfter(Executor(ledger, executorConfig(maxParallel = 2), listOf(tool)))
         val outs = executor.executeRound("op_1", 0, emails(5))
         outs.forEach { assertIs<CallOutcome.Completed>(it) }
