@@ -232,3 +232,91 @@ fn a_commit_of_an_attempt_begin_did_not_hand_out_is_durable_at_once() {
         Vec::<String>::new()
     );
 }
+
+/// A tool whose downstream can be looked up (its commit is deferred); the
+/// test reports for it by hand.
+struct Looked;
+
+#[async_trait::async_trait]
+impl toolledger::executor::ToolHandler for Looked {
+    fn descriptor(&self) -> toolledger::executor::ToolDescriptor {
+        toolledger::executor::ToolDescriptor {
+            lookup: true,
+            ..toolledger::executor::ToolDescriptor::side_effect("pay", 1)
+        }
+    }
+    async fn perform(
+        &self,
+        _request: toolledger::executor::ToolRequest,
+    ) -> Result<toolledger::executor::PerformOutcome, toolledger::executor::ToolError> {
+        Err(toolledger::executor::ToolError::new("reported by the test"))
+    }
+}
+
+/// A caller-driven round of eight calls (`Executor::start_round`): its begin
+/// is one sync for the eight, made before any attempt is handed out; the
+/// reports commit without a sync of their own (deferred: a lookup tool);
+/// and a power cut right after them loses no intent (each of the eight is
+/// there, running or committed, for recovery to reconcile).
+#[test]
+fn a_caller_driven_round_of_eight_is_one_sync_and_a_cut_after_it_keeps_every_intent() {
+    use toolledger::executor::{CallerStep, Executor, ExecutorConfig, PerformOutcome};
+    use toolledger::model::ExecutionStatus;
+    let machine = Machine::new();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let ledger = std::sync::Arc::new(Ledger::open(&path, config(&machine, true)).unwrap());
+    let exec = Executor::new(ledger.clone(), ExecutorConfig::default());
+    exec.register(std::sync::Arc::new(Looked)).unwrap();
+    let op = OperationId::new("op").unwrap();
+    let calls: Vec<ToolCall> = (0..8)
+        .map(|i| ToolCall::custom(format!("c{i}"), "pay", format!(r#"{{"n":{i}}}"#)))
+        .collect();
+    let syncs = machine.syncs();
+    let steps = exec.start_round(&op, 0, calls).unwrap();
+    assert_eq!(
+        machine.syncs() - syncs,
+        1,
+        "one sync for the round's eight intents"
+    );
+    let attempts: Vec<_> = steps
+        .into_iter()
+        .map(|s| match s {
+            CallerStep::Perform(a) => a,
+            other => panic!("expected Perform, got {other:?}"),
+        })
+        .collect();
+    let syncs = machine.syncs();
+    for a in &attempts[..4] {
+        let done = exec
+            .report(
+                a,
+                Ok(PerformOutcome::Committed {
+                    result_json: r#"{"paid":true}"#.into(),
+                    external_id: None,
+                }),
+            )
+            .unwrap();
+        assert!(matches!(done, CallerStep::Done(_)), "{done:?}");
+    }
+    assert_eq!(machine.syncs(), syncs, "the deferred commits add no sync");
+    machine.cut_now();
+    ledger.abandon();
+    drop(exec);
+    drop(ledger);
+    machine.restart(Loss::All, &mut |_| 0);
+    let again = Ledger::open(&path, config(&machine, true)).unwrap();
+    for a in &attempts {
+        let rec = again.get(&a.request.execution_id).unwrap().unwrap();
+        assert!(
+            matches!(
+                rec.status,
+                ExecutionStatus::Executing | ExecutionStatus::Committed
+            ),
+            "{}: {}",
+            a.request.execution_id,
+            rec.status
+        );
+        assert_eq!(rec.downstream_key, a.request.downstream_key);
+    }
+}
