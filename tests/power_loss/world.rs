@@ -311,6 +311,31 @@ impl ToolHandler for SimTool {
     }
 }
 
+/// Walks one caller-driven call from `step` to its outcome, running `tool`
+/// here; `None` when a step fails (the power went).
+async fn walk(
+    exec: &Executor,
+    tool: &SimTool,
+    mut step: toolledger::executor::CallerStep,
+) -> Option<CallOutcome> {
+    use toolledger::executor::CallerStep;
+    for _ in 0..20 {
+        step = match step {
+            CallerStep::Done(outcome) => return Some(outcome),
+            CallerStep::Perform(a) => {
+                let done = tool.perform(a.request.clone()).await;
+                exec.report(&a, done).ok()?
+            }
+            CallerStep::Lookup(a) => {
+                let found = tool.lookup(a.request.clone()).await;
+                exec.report_lookup(&a, found).ok()?
+            }
+            CallerStep::Retry { attempt, .. } => exec.retry(&attempt).ok()?,
+        };
+    }
+    None
+}
+
 // ---------------------------------------------------------------------------
 // One process
 // ---------------------------------------------------------------------------
@@ -484,8 +509,31 @@ async fn workload(p: &Process, plan: &Plan, machine: &Machine, app: &mut App, de
             Step::Round(_) => {
                 let round_calls: Vec<ToolCall> =
                     calls[&i].iter().map(|(_, _, c)| c.clone()).collect();
-                let Ok(outs) = p.exec.execute_round(&op(), round, round_calls).await else {
-                    return;
+                // Every other round is caller-driven (`start_round`, each
+                // call walked here), the others the library's.
+                let outs = if i % 2 == 1 {
+                    let Ok(steps) = p.exec.start_round(&op(), round, round_calls) else {
+                        return;
+                    };
+                    let mut outs = Vec::new();
+                    for ((kind, class, _), step) in calls[&i].iter().zip(steps) {
+                        let tool = SimTool {
+                            class: *class,
+                            kind: *kind,
+                            lie: p.lie,
+                            truth: p.truth.clone(),
+                        };
+                        let Some(out) = walk(&p.exec, &tool, step).await else {
+                            return;
+                        };
+                        outs.push(out);
+                    }
+                    outs
+                } else {
+                    let Ok(outs) = p.exec.execute_round(&op(), round, round_calls).await else {
+                        return;
+                    };
+                    outs
                 };
                 for ((kind, class, _), out) in calls[&i].iter().zip(outs) {
                     match out {
