@@ -293,9 +293,17 @@ async def arun_round(native: Any, steps: List[Any], walkers: List[Any], max_para
             finally:
                 limit.release()
 
-        ended = await asyncio.gather(
-            *(walk(i, step, perform, lookup) for i, (step, (perform, lookup)) in enumerate(zip(steps, walkers))),
-            return_exceptions=True)
+        # One task per walk, made one at a time: an interruption while they
+        # are made leaves no coroutine that was created and never awaited.
+        tasks = []
+        for i, (step, (perform, lookup)) in enumerate(zip(steps, walkers)):
+            coro = walk(i, step, perform, lookup)
+            try:
+                tasks.append(asyncio.ensure_future(coro))
+            except BaseException:
+                coro.close()
+                raise
+        ended = await asyncio.gather(*tasks, return_exceptions=True)
     except BaseException:
         # Every step nobody claimed is given back, even if a give-back is
         # itself interrupted (a second Ctrl-C): the first such interruption
