@@ -3,8 +3,8 @@
 //! The ledger runs on an in-memory disk behind a SQLite VFS
 //! (`toolledger_test_support::power_vfs`) that keeps every write since a
 //! file's last sync apart. Each seed draws a workload — single calls, rounds
-//! of three (every other one caller-driven: `start_round`, each call walked
-//! by the workload), independent batches, approvals, background jobs finished by
+//! of three (those at odd positions of the plan caller-driven:
+//! `start_round`, each call walked by the workload), independent batches, approvals, background jobs finished by
 //! webhooks (delivered twice), calls through the Ledger API, replays,
 //! deadline syncs, suspend/resume, recovery and checkpoints by another
 //! process's connection (the WAL then starts over) — over tools of the three

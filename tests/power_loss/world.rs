@@ -509,8 +509,9 @@ async fn workload(p: &Process, plan: &Plan, machine: &Machine, app: &mut App, de
             Step::Round(_) => {
                 let round_calls: Vec<ToolCall> =
                     calls[&i].iter().map(|(_, _, c)| c.clone()).collect();
-                // Every other round is caller-driven (`start_round`, each
-                // call walked here), the others the library's.
+                // A round at an odd position of the plan is caller-driven
+                // (`start_round`, each call walked here), the others the
+                // library's.
                 let outs = if i % 2 == 1 {
                     let Ok(steps) = p.exec.start_round(&op(), round, round_calls) else {
                         return;

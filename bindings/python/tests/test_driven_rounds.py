@@ -208,7 +208,7 @@ def test_a_round_cancelled_before_its_walks_start_gives_back_every_attempt(ledge
 
 def interrupting_at(n):
     """A task factory that raises KeyboardInterrupt at the `n`-th task it is
-    asked for (a Ctrl-C landing while `gather` creates the walks' tasks)."""
+    asked for (a Ctrl-C landing while the round makes its walks' tasks)."""
     made = []
 
     def factory(loop, coro, **kw):

@@ -270,9 +270,9 @@ async def arun_round(native: Any, steps: List[Any], walkers: List[Any], max_para
     # whichever comes first. A walk's task cancelled before it first runs
     # (the caller cancelled as the round was handed out) never enters its
     # body, so its step is given back below; a walk whose step was given
-    # back (an interruption inside `gather`, with some tasks created and
-    # not yet run) must then not run its tool on an attempt recorded as
-    # never sent.
+    # back (an interruption while the walks' tasks are made, with some of
+    # them made and not yet run) must then not run its tool on an attempt
+    # recorded as never sent.
     claimed = [False] * len(steps)
     try:
         limit = asyncio.Semaphore(max(1, max_parallel))
