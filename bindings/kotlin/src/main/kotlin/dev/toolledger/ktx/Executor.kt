@@ -272,6 +272,15 @@ class Executor @JvmOverloads constructor(
      * error), the others still finish and the first failure is thrown.
      * Otherwise the library's async executor runs the round and calls the
      * tools back.
+     *
+     * A [SyncTool] holds a thread of [dispatcher] while it runs: on a
+     * dispatcher with fewer threads than a round's blocking tools (a
+     * single-thread one), the round's [CallerTool]s wait for a thread, and
+     * their `performTimeoutMs` counts that wait (past it their outcome is
+     * unknown). `Dispatchers.IO`, the default, has threads to spare. A
+     * dispatcher shut down while a round runs ends it with its
+     * `CancellationException`; the calls whose tool had not started are
+     * given back first (the next ask runs them).
      */
     suspend fun executeRound(operationId: String, round: Int, calls: List<ToolCall>): List<CallOutcome> {
         calls.forEach { checkUtf16(operationId, it) }
@@ -299,15 +308,27 @@ class Executor @JvmOverloads constructor(
                         // yields where its tool suspends (no dispatch for a
                         // tool that answers at once); a SyncTool's blocks, so
                         // each gets its own dispatch (a thread of its own).
-                        async(start = if (tool is SyncTool) CoroutineStart.DEFAULT else CoroutineStart.UNDISPATCHED) {
+                        // ATOMIC: the body runs even when its first dispatch is
+                        // refused (a shut-down executor cancels the coroutine
+                        // before it starts), so that the step is given back.
+                        async(start = if (tool is SyncTool) CoroutineStart.ATOMIC else CoroutineStart.UNDISPATCHED) {
                             if (step is CallerStep.Done) {
                                 step.outcome
                             } else {
-                                turns.withPermit {
-                                    when (tool) {
-                                        is SyncTool -> drive(executor, step, tool) { cancelled() ?: threadInterrupted() }
-                                        else -> driveSuspending(executor, step, tool as CallerTool, performTimeoutMs, cancelled)
+                                var walked = false
+                                try {
+                                    turns.withPermit {
+                                        walked = true
+                                        when (tool) {
+                                            is SyncTool -> drive(executor, step, tool) { cancelled() ?: threadInterrupted() }
+                                            else -> driveSuspending(executor, step, tool as CallerTool, performTimeoutMs, cancelled)
+                                        }
                                     }
+                                } catch (e: Throwable) {
+                                    // The walk never took its handed-out step (the
+                                    // permit's resume refused): give it back.
+                                    if (!walked) giveBack(executor, step, e)
+                                    throw e
                                 }
                             }
                         }
@@ -318,6 +339,19 @@ class Executor @JvmOverloads constructor(
                 }
             }
         }
+    }
+
+    /** [step], handed out and never walked: recorded as never sent (a Perform) or as a failed lookup. */
+    private fun giveBack(executor: ToolExecutor, step: CallerStep, e: Throwable) {
+        runCatching {
+            when (step) {
+                is CallerStep.Perform -> if (!step.attempt.readOnly) {
+                    executor.abandonAttempt(step.attempt.request.executionId, step.attempt.request.attempt, "the round's walk ended before the tool ran")
+                }
+                is CallerStep.Lookup -> DirectSteps.reportLookupError(executor, step.attempt, "the round's walk ended before the lookup ran")
+                else -> Unit
+            }
+        }.exceptionOrNull()?.let(e::addSuppressed)
     }
 
     /**

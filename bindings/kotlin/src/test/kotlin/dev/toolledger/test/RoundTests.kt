@@ -12,6 +12,7 @@ import dev.toolledger.ExecutionStatus
 import dev.toolledger.LedgerException
 import dev.toolledger.PerformOutcome
 import dev.toolledger.ToolCall
+import dev.toolledger.ToolExecutor
 import dev.toolledger.ToolRequest
 import dev.toolledger.ktx.CallerTool
 import dev.toolledger.ktx.Executor
@@ -19,6 +20,7 @@ import dev.toolledger.ktx.SuspendLedger
 import dev.toolledger.ktx.SyncTool
 import dev.toolledger.ktx.executorConfig
 import dev.toolledger.ktx.toolDescriptor
+import java.util.concurrent.Executors
 import java.util.concurrent.atomic.AtomicInteger
 import kotlin.test.assertEquals
 import kotlin.test.assertFailsWith
@@ -27,12 +29,14 @@ import kotlin.test.assertTrue
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.CoroutineName
 import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.asCoroutineDispatcher
 import kotlinx.coroutines.async
 import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.withContext
 import kotlinx.coroutines.withTimeout
+import kotlinx.coroutines.withTimeoutOrNull
 
 /** Counts the performs of a round's tool running at once. */
 private class Concurrency {
@@ -171,5 +175,137 @@ val roundTests = listOf(
         outs.forEach { assertIs<CallOutcome.Completed>(it) }
         assertEquals(3, tool.seen.performs.get())
         assertEquals(3, downstream.count())
+    },
+
+    test("executeRound: a dispatcher shut down while a call waits for its turn leaves no call in flight (from a review)") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val pool = Executors.newFixedThreadPool(2)
+        val performs = AtomicInteger()
+        val tool = object : SyncTool(toolDescriptor("send_email")) {
+            override fun performNow(request: ToolRequest): PerformOutcome {
+                if (performs.incrementAndGet() == 1) {
+                    // The app tears its executor down while the round runs
+                    // (shutdown(): queued tasks still run, new ones are refused).
+                    Thread.sleep(300) // the other call now waits for the permit
+                    pool.shutdown()
+                }
+                val id = downstream.perform(request.downstreamKey)
+                return PerformOutcome.Committed(resultJson = sentJson(id), externalId = id)
+            }
+        }
+        val executor = Executor(ToolExecutor(ledger.ledger, executorConfig(maxParallel = 1)), pool.asCoroutineDispatcher())
+        executor.register(tool)
+        closeAfter(executor)
+        val thrown = runCatching { executor.executeRound("op_1", 0, emails(2)) }
+        assertIs<kotlinx.coroutines.CancellationException>(thrown.exceptionOrNull(), "$thrown")
+        val settled = withTimeoutOrNull(5_000) {
+            while (ledger.list("op_1").any { it.status == ExecutionStatus.EXECUTING }) delay(20)
+            true
+        }
+        val statuses = ledger.list("op_1").map { it.status }
+        // A second caller of the same call, on a live dispatcher:
+        val other = Executor(ToolExecutor(ledger.ledger, executorConfig()), Dispatchers.IO)
+        other.register(tool)
+        closeAfter(other)
+        val again = emails(2).map { other.execute("op_1", 0, it) }
+        assertTrue(settled == true, "a call stays EXECUTING for good: $statuses; another caller gets $again")
+        again.forEach { assertIs<CallOutcome.Completed>(it, "$again") }
+        assertEquals(2, downstream.count())
+    },
+
+    test("executeRound: an Error thrown by one tool: the others finish and are recorded, the Error is thrown") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = object : SyncTool(toolDescriptor("send_email")) {
+            override fun performNow(request: ToolRequest): PerformOutcome {
+                if (request.argumentsJson.contains("u1@")) throw StackOverflowError("boom")
+                Thread.sleep(100)
+                val id = downstream.perform(request.downstreamKey)
+                return PerformOutcome.Committed(resultJson = sentJson(id), externalId = id)
+            }
+        }
+        val executor = closeAfter(Executor(ledger, executorConfig(maxParallel = 2), listOf(tool)))
+        val thrown = runCatching { executor.executeRound("op_1", 0, emails(3)) }.exceptionOrNull()
+        assertIs<StackOverflowError>(thrown)
+        val statuses = ledger.list("op_1").map { it.status }
+        assertTrue(statuses.none { it == ExecutionStatus.EXECUTING })
+        assertEquals(2, downstream.count())
+    },
+
+    test("executeRound: tools that throw CancellationException themselves are unknown outcomes, not a cancelled round") {
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val sync = object : SyncTool(toolDescriptor("send_email")) {
+            override fun performNow(request: ToolRequest): PerformOutcome =
+                throw kotlinx.coroutines.CancellationException("the tool's own")
+        }
+        val caller = object : CallerTool(toolDescriptor("get_weather")) {
+            override suspend fun perform(request: ToolRequest): PerformOutcome {
+                delay(5)
+                throw kotlinx.coroutines.CancellationException("the tool's own")
+            }
+        }
+        val executor = closeAfter(Executor(ledger, executorConfig(), listOf(sync, caller)))
+        val calls = emails(1) + emailCall(callId = "call_w").copy(toolName = "get_weather")
+        val outs = executor.executeRound("op_1", 0, calls)
+        outs.forEach { assertIs<CallOutcome.Unknown>(it) }
+        assertTrue(ledger.list("op_1").none { it.status == ExecutionStatus.EXECUTING })
+    },
+
+    test("executeRound: close() while a round runs: the round finishes and is recorded") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val tool = object : CallerTool(toolDescriptor("send_email")) {
+            override suspend fun perform(request: ToolRequest): PerformOutcome {
+                delay(300)
+                val id = downstream.perform(request.downstreamKey)
+                return PerformOutcome.Committed(resultJson = sentJson(id), externalId = id)
+            }
+        }
+        val sync = object : SyncTool(toolDescriptor("get_weather")) {
+            override fun performNow(request: ToolRequest): PerformOutcome {
+                Thread.sleep(300)
+                return PerformOutcome.Committed(resultJson = "{}", externalId = null)
+            }
+        }
+        val executor = Executor(ledger, executorConfig(maxParallel = 1), listOf(tool, sync))
+        val calls = emails(2) + emailCall(callId = "call_w").copy(toolName = "get_weather")
+        val outs = coroutineScope {
+            val r = async { executor.executeRound("op_1", 0, calls) }
+            delay(100)
+            executor.close()
+            r.await()
+        }
+        outs.forEach { assertIs<CallOutcome.Completed>(it) }
+        assertTrue(ledger.list("op_1").all { it.status == ExecutionStatus.COMMITTED })
+    },
+    test("executeRound: a dispatcher shut down before a SyncTool walk is first dispatched leaves no call in flight (from a review)") {
+        val downstream = downstream()
+        val ledger = closeAfter(SuspendLedger.open(ledgerPath))
+        val pool = Executors.newFixedThreadPool(2)
+        val caller = object : CallerTool(toolDescriptor("get_weather")) {
+            override suspend fun perform(request: ToolRequest): PerformOutcome {
+                pool.shutdown() // before the round's next call is dispatched
+                delay(50)
+                return PerformOutcome.Committed(resultJson = "{}", externalId = null)
+            }
+        }
+        val sync = object : SyncTool(toolDescriptor("send_email")) {
+            override fun performNow(request: ToolRequest): PerformOutcome {
+                val id = downstream.perform(request.downstreamKey)
+                return PerformOutcome.Committed(resultJson = sentJson(id), externalId = id)
+            }
+        }
+        val executor = Executor(ToolExecutor(ledger.ledger, executorConfig()), pool.asCoroutineDispatcher())
+        executor.register(caller); executor.register(sync)
+        closeAfter(executor)
+        val calls = listOf(emailCall(callId = "call_w").copy(toolName = "get_weather")) + emails(1)
+        runCatching { executor.executeRound("op_1", 0, calls) }
+        val settled = withTimeoutOrNull(5_000) {
+            while (ledger.list("op_1").any { it.status == ExecutionStatus.EXECUTING }) delay(20)
+            true
+        }
+        val statuses = ledger.list("op_1").map { it.toolName to it.status }
+        assertTrue(settled == true, "a call stays EXECUTING for good: $statuses")
     },
 )
