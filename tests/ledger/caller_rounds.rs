@@ -278,6 +278,51 @@ impl LedgerObserver for LockAfterBegin {
     }
 }
 
+impl LockAfterBegin {
+    /// Joins the thread that held the lock, if it ran.
+    fn released(&self) {
+        if let Some(holder) = self.holder.lock().unwrap().take() {
+            holder.join().unwrap();
+        }
+    }
+}
+
+/// An executor over `path` with `service`'s key tool, a 300 ms busy timeout
+/// and a [`LockAfterBegin`] observer holding the lock for `hold` once armed.
+fn executor_locked_after_begin(
+    path: &std::path::Path,
+    service: &Downstream,
+    hold: Duration,
+    armed: bool,
+) -> (Executor, Arc<LockAfterBegin>) {
+    let config = LedgerConfig {
+        busy_timeout: Duration::from_millis(300),
+        ..LedgerConfig::default()
+    };
+    let ledger = Ledger::open(path, config).unwrap();
+    let observer = Arc::new(LockAfterBegin {
+        path: path.to_path_buf(),
+        hold,
+        armed: Mutex::new(armed),
+        holder: Mutex::new(None),
+    });
+    ledger.set_observer(Some(observer.clone())).unwrap();
+    let exec = Executor::new(Arc::new(ledger), downstream::fast_config());
+    exec.register(tool(service, true, false)).unwrap();
+    (exec, observer)
+}
+
+/// Fails when any step is `InFlight`: nothing of the round is left in
+/// flight in this live process.
+fn none_in_flight(steps: &[CallerStep]) {
+    for step in steps {
+        assert!(
+            !matches!(step, CallerStep::Done(CallOutcome::InFlight { .. })),
+            "left in flight in this live process: {step:?}"
+        );
+    }
+}
+
 #[test]
 fn a_round_whose_reconciliation_fails_leaves_no_call_in_flight() {
     let service = Downstream::start(Behaviour {
@@ -298,38 +343,19 @@ fn a_round_whose_reconciliation_fails_leaves_no_call_in_flight() {
         assert!(perform(&service, &a.request).is_ok());
         first.ledger().abandon();
     }
-    let config = LedgerConfig {
-        busy_timeout: Duration::from_millis(300),
-        ..LedgerConfig::default()
-    };
-    let ledger = Ledger::open(&path, config).unwrap();
-    let observer = Arc::new(LockAfterBegin {
-        path: path.clone(),
-        hold: Duration::from_millis(600),
-        armed: Mutex::new(true),
-        holder: Mutex::new(None),
-    });
-    ledger.set_observer(Some(observer.clone())).unwrap();
-    let exec = Executor::new(Arc::new(ledger), downstream::fast_config());
-    exec.register(tool(&service, true, false)).unwrap();
+    let (exec, observer) =
+        executor_locked_after_begin(&path, &service, Duration::from_millis(600), true);
     // Call 1 is new (handed out at once); call 0's dead attempt is marked
     // unknown in the same begin, and its same-key resend cannot be written.
     let round = vec![pay_call(1), pay_call(0), pay_call(2)];
     let err = exec.start_round(&op("op"), 0, round.clone()).unwrap_err();
     assert!(matches!(err, ExecError::Ledger(_)), "{err:?}");
-    if let Some(holder) = observer.holder.lock().unwrap().take() {
-        holder.join().unwrap();
-    }
+    observer.released();
     // Nothing of the round is left in flight in this process: the next ask
     // runs every call (the handed-out ones were recorded as never sent, or
     // are reconciled as this executor's orphans), and each has one effect.
     let steps = exec.start_round(&op("op"), 0, round.clone()).unwrap();
-    for step in &steps {
-        assert!(
-            !matches!(step, CallerStep::Done(CallOutcome::InFlight { .. })),
-            "{step:?}"
-        );
-    }
+    none_in_flight(&steps);
     for step in steps {
         let (out, _, _) = drive(&exec, &service, step);
         assert!(matches!(out, CallOutcome::Completed { .. }), "{out:?}");
@@ -407,25 +433,10 @@ fn an_orphan_whose_takeover_cannot_be_written_stays_an_orphan_not_in_flight() {
     });
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
-    let config = LedgerConfig {
-        busy_timeout: Duration::from_millis(300),
-        ..LedgerConfig::default()
-    };
-    let ledger = Ledger::open(&path, config).unwrap();
-    let observer = Arc::new(LockAfterBegin {
-        path: path.clone(),
-        hold: Duration::from_millis(1500),
-        armed: Mutex::new(false),
-        holder: Mutex::new(None),
-    });
-    ledger.set_observer(Some(observer.clone())).unwrap();
-    let exec = Executor::new(Arc::new(ledger), downstream::fast_config());
-    exec.register(tool(&service, true, false)).unwrap();
+    let (exec, observer) =
+        executor_locked_after_begin(&path, &service, Duration::from_millis(1500), false);
     // The caller of call 0 goes away while its tool runs: an orphan.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async {
         let gone = tokio::time::timeout(
             Duration::from_millis(100),
@@ -440,10 +451,8 @@ fn an_orphan_whose_takeover_cannot_be_written_stays_an_orphan_not_in_flight() {
     let round = vec![pay_call(0), pay_call(1)];
     let err = exec.start_round(&op("op"), 0, round.clone());
     assert!(matches!(err, Err(ExecError::Ledger(_))), "{err:?}");
-    if let Some(holder) = observer.holder.lock().unwrap().take() {
-        holder.join().unwrap();
-    }
-    let recovered = rt2().block_on(exec.recover()).unwrap();
+    observer.released();
+    let recovered = runtime().block_on(exec.recover()).unwrap();
     assert!(
         !recovered
             .outcomes
@@ -454,12 +463,7 @@ fn an_orphan_whose_takeover_cannot_be_written_stays_an_orphan_not_in_flight() {
     );
     for _ in 0..3 {
         let steps = exec.start_round(&op("op"), 0, round.clone()).unwrap();
-        for step in &steps {
-            assert!(
-                !matches!(step, CallerStep::Done(CallOutcome::InFlight { .. })),
-                "left in flight in this live process: {step:?}"
-            );
-        }
+        none_in_flight(&steps);
         for step in steps {
             drive(&exec, &service, step);
         }
@@ -471,7 +475,7 @@ fn an_orphan_whose_takeover_cannot_be_written_stays_an_orphan_not_in_flight() {
     );
 }
 
-fn rt2() -> tokio::runtime::Runtime {
+fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
