@@ -176,14 +176,7 @@ class Executor @JvmOverloads constructor(
         walk: suspend (first: CallerStep, cancelled: () -> Throwable?) -> CallOutcome,
     ): CallOutcome {
         val r = round.toU("round")
-        val caller = currentCoroutineContext()[Job]
-        val cancelled = {
-            if (caller?.isCancelled == true) {
-                CancellationException("the caller was cancelled before the tool ran; nothing was sent")
-            } else {
-                null
-            }
-        }
+        val cancelled = callersCancellation()
         return walking {
             val now = DirectSteps.startNow(executor, operationId, r, call)
             if (now is CallerStep.Done) {
@@ -196,6 +189,22 @@ class Executor @JvmOverloads constructor(
                     // `startNow` only answers `Done`; any other step is walked here.
                     walk(now ?: DirectSteps.start(executor, operationId, r, call), cancelled)
                 }
+            }
+        }
+    }
+
+    /**
+     * What a walk asks before it runs a tool: this coroutine's cancellation
+     * (a `CancellationException` once it is cancelled, else null), read
+     * from the walk's non-cancellable context.
+     */
+    private suspend fun callersCancellation(): () -> Throwable? {
+        val caller = currentCoroutineContext()[Job]
+        return {
+            if (caller?.isCancelled == true) {
+                CancellationException("the caller was cancelled before the tool ran; nothing was sent")
+            } else {
+                null
             }
         }
     }
@@ -289,14 +298,7 @@ class Executor @JvmOverloads constructor(
         if (calls.isEmpty() || tools.any { it == null }) {
             return started { executor.executeRound(operationId, r, calls) }
         }
-        val caller = currentCoroutineContext()[Job]
-        val cancelled = {
-            if (caller?.isCancelled == true) {
-                CancellationException("the caller was cancelled before the tool ran; nothing was sent")
-            } else {
-                null
-            }
-        }
+        val cancelled = callersCancellation()
         return walking {
             currentCoroutineContext().ensureActive()
             withContext(dispatcher + NonCancellable) {
