@@ -69,6 +69,23 @@ final class RoundTests: XCTestCase {
         return (executor, ledger, tool, downstream)
     }
 
+    /// Waits (up to 10 s) until `condition` holds.
+    private func waitUntil(_ condition: () -> Bool) async throws {
+        let deadline = Date().addingTimeInterval(10)
+        while !condition() && Date() < deadline { try await Task.sleep(nanoseconds: 2_000_000) }
+    }
+
+    /// Awaits a cancelled round, which must throw `CancellationError`.
+    private func expectCancelled(_ round: Task<[CallOutcome], Error>, line: UInt = #line) async {
+        do {
+            _ = try await round.value
+            XCTFail("the cancelled round answered", line: line)
+        } catch is CancellationError {
+        } catch {
+            XCTFail("expected CancellationError, got \(error)", line: line)
+        }
+    }
+
     func testARoundRunsItsCallsAtOnceOneEffectEachAndARepeatReplays() async throws {
         let (executor, ledger, tool, downstream) = try fixture { RoundSend(downstream: $0, allStarted: 3) }
         let first = try executor.executeRoundNow(operationId: "op_1", round: 0, calls: emails(3), tools: [tool])
@@ -97,15 +114,16 @@ final class RoundTests: XCTestCase {
 
     func testABadCallOrAMissingToolStopsTheRoundWithNothingRecorded() throws {
         let (executor, ledger, tool, downstream) = try fixture { RoundSend(downstream: $0) }
-        var broken = emails(2)
-        broken.append(ToolCall(provider: .custom, callId: "call_j", toolName: "send_email", arguments: #"{"to":"#))
-        XCTAssertThrowsError(try executor.executeRoundNow(operationId: "op_1", round: 0, calls: broken, tools: [tool])) {
-            guard case LedgerError.InvalidInput = $0 else { return XCTFail("\($0)") }
-        }
-        var missing = emails(2)
-        missing.append(ToolCall(provider: .custom, callId: "call_x", toolName: "no_such_tool", arguments: "{}"))
-        XCTAssertThrowsError(try executor.executeRoundNow(operationId: "op_1", round: 0, calls: missing, tools: [tool])) {
-            guard case LedgerError.InvalidInput = $0 else { return XCTFail("\($0)") }
+        let bad = [
+            ToolCall(provider: .custom, callId: "call_j", toolName: "send_email", arguments: #"{"to":"#),
+            ToolCall(provider: .custom, callId: "call_x", toolName: "no_such_tool", arguments: "{}"),
+        ]
+        for call in bad {
+            XCTAssertThrowsError(
+                try executor.executeRoundNow(operationId: "op_1", round: 0, calls: emails(2) + [call], tools: [tool])
+            ) {
+                guard case LedgerError.InvalidInput = $0 else { return XCTFail("\($0)") }
+            }
         }
         XCTAssertEqual(try ledger.list(operationId: "op_1").count, 0)
         XCTAssertEqual(tool.calls.value, 0)
@@ -117,15 +135,10 @@ final class RoundTests: XCTestCase {
         let (executor, ledger, tool, downstream) = try fixture(maxParallel: 1) { RoundSend(downstream: $0, gate: gate) }
         let calls = emails(3)
         let round = Task { try await executor.executeRound(operationId: "op_1", round: 0, calls: calls, tools: [tool]) }
-        let deadline = Date().addingTimeInterval(10)
-        while tool.runningNow < 1 && Date() < deadline { try await Task.sleep(nanoseconds: 2_000_000) }
+        try await waitUntil { tool.runningNow >= 1 }
         round.cancel()
         gate.signal()
-        do {
-            _ = try await round.value
-            XCTFail("the cancelled round answered")
-        } catch is CancellationError {
-        }
+        await expectCancelled(round)
         let statuses = try ledger.list(operationId: "op_1").map { "\($0.status)" }.sorted()
         XCTAssertEqual(statuses, ["committed", "failedBeforeCommit", "failedBeforeCommit"])
         XCTAssertEqual(try downstream.count(), 1)
@@ -148,11 +161,7 @@ final class RoundTests: XCTestCase {
         try await Task.sleep(nanoseconds: 50_000_000)
         round.cancel()
         hold.signal()
-        do {
-            _ = try await round.value
-            XCTFail("the cancelled round answered")
-        } catch is CancellationError {
-        }
+        await expectCancelled(round)
         XCTAssertEqual(try ledger.list(operationId: "op_1").count, 0)
         XCTAssertEqual(tool.calls.value, 0)
         XCTAssertEqual(try downstream.count(), 0)
@@ -167,16 +176,11 @@ final class RoundTests: XCTestCase {
         let (executor, ledger, tool, downstream) = try fixture(maxParallel: 2) { RoundSend(downstream: $0, gate: gate) }
         let calls = emails(4)
         let round = Task { try await executor.executeRound(operationId: "op_1", round: 0, calls: calls, tools: [tool]) }
-        let deadline = Date().addingTimeInterval(10)
-        while tool.calls.value < 2 && Date() < deadline { try await Task.sleep(nanoseconds: 2_000_000) }
+        try await waitUntil { tool.calls.value >= 2 }
         round.cancel()
         gate.signal()
         gate.signal()
-        do {
-            _ = try await round.value
-            XCTFail("the cancelled round answered")
-        } catch is CancellationError {
-        }
+        await expectCancelled(round)
         let statuses = try ledger.list(operationId: "op_1").map { "\($0.status)" }.sorted()
         XCTAssertEqual(statuses, ["committed", "committed", "failedBeforeCommit", "failedBeforeCommit"])
         XCTAssertEqual(tool.calls.value, 2)
