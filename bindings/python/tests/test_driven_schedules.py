@@ -93,6 +93,24 @@ def scripted(name, offers, service, moves):
     return Scripted()
 
 
+def check_call(what, service, tool, offers, answers, final):
+    """The invariants of one call after its schedule: at most one effect
+    (and one key, for a key downstream); every `Completed` answer the
+    effect's own result; a final `Failed` (not retryable, or the last
+    answer) only with no effect."""
+    effects = sum(service.count(k) for k in tool.keys)
+    if offers == "key":
+        assert len(tool.keys) <= 1, f"{what}: a resend under another key {tool.keys}"
+    assert effects <= 1, f"{what}: {effects} effects"
+    for a in answers:
+        if isinstance(a, tl.Completed):
+            assert effects == 1, f"{what}: Completed with no effect"
+            (key,) = tool.keys
+            assert a.result == {"id": f"msg_{key}"}, f"{what}: a result that is not the effect's"
+        elif isinstance(a, tl.Failed) and (not a.retryable or a is final):
+            assert effects == 0, f"{what}: Failed although the effect happened"
+
+
 @pytest.mark.parametrize("offers", ["key", "lookup", "neither"])
 def test_seeded_schedules_never_give_two_effects_a_false_answer_or_a_call_left_in_flight(ledger_path, offers):
     service = Service()
@@ -137,18 +155,8 @@ def test_seeded_schedules_never_give_two_effects_a_false_answer_or_a_call_left_i
                 assert not isinstance(final, tl.InFlight), f"schedule {s} ({offers}, {moves}): still in flight"
                 answers.append(final)
 
-                effects = sum(service.count(k) for k in tool.keys)
-                what = f"schedule {s} ({offers}, {moves}): answers {answers}"
-                if offers == "key":
-                    assert len(tool.keys) <= 1, f"{what}: a resend under another key {tool.keys}"
-                assert effects <= 1, f"{what}: {effects} effects"
-                for a in answers:
-                    if isinstance(a, tl.Completed):
-                        assert effects == 1, f"{what}: Completed with no effect"
-                        (key,) = tool.keys
-                        assert a.result == {"id": f"msg_{key}"}, f"{what}: a result that is not the effect's"
-                    elif isinstance(a, tl.Failed) and (not a.retryable or a is final):
-                        assert effects == 0, f"{what}: Failed although the effect happened"
+                check_call(f"schedule {s} ({offers}, {moves}): answers {answers}",
+                           service, tool, offers, answers, final)
                 kind = type(final).__name__
                 finals[kind] = finals.get(kind, 0) + 1
 
@@ -225,17 +233,7 @@ def test_seeded_round_schedules_never_give_two_effects_a_false_answer_or_a_call_
                 for i, (tool, moves) in enumerate(zip(tools, scripts)):
                     what = f"round schedule {s} ({offers}), call {i} {moves}: answers {answers[i]}, final {final[i]}"
                     assert not isinstance(final[i], tl.InFlight), f"{what}: still in flight"
-                    effects = sum(service.count(k) for k in tool.keys)
-                    if offers == "key":
-                        assert len(tool.keys) <= 1, f"{what}: a resend under another key {tool.keys}"
-                    assert effects <= 1, f"{what}: {effects} effects"
-                    for a in answers[i] + [final[i]]:
-                        if isinstance(a, tl.Completed):
-                            assert effects == 1, f"{what}: Completed with no effect"
-                            (key,) = tool.keys
-                            assert a.result == {"id": f"msg_{key}"}, f"{what}: a result that is not the effect's"
-                        elif isinstance(a, tl.Failed) and (not a.retryable or a is final[i]):
-                            assert effects == 0, f"{what}: Failed although the effect happened"
+                    check_call(what, service, tool, offers, answers[i] + [final[i]], final[i])
                     kind = type(final[i]).__name__
                     finals[kind] = finals.get(kind, 0) + 1
 
