@@ -108,6 +108,33 @@ private class Scripted(
     private fun committed(id: String) = PerformOutcome.Committed(resultJson = sentJson(id), externalId = id)
 }
 
+/**
+ * The invariants of one call after its schedule: at most one effect (and
+ * one key, for a key downstream); every Completed answer the effect's own
+ * result; a final Failed only with no effect.
+ */
+private fun checkCall(what: String, service: Service, tool: Scripted, offers: Offers, answers: List<CallOutcome>, final: CallOutcome) {
+    val key = tool.keys.singleOrNull()
+    val effects = tool.keys.sumOf { service.count(it) }
+    if (offers == Offers.KEY) assertTrue(tool.keys.size <= 1, "$what: a resend under another key: ${tool.keys}")
+    assertTrue(effects <= 1, "$what: $effects effects")
+    for (a in answers) {
+        when (a) {
+            is CallOutcome.Completed -> {
+                assertEquals(1, effects, "$what: Completed with no effect: $a")
+                assertEquals(sentJson("msg_$key"), a.resultJson, "$what: a result that is not the effect's")
+            }
+            // A retryable failure told to one caller may be followed by
+            // another caller's retry that succeeds; a final one (not
+            // retryable, or the answer once every caller is gone) may not.
+            is CallOutcome.Failed -> if (!a.retryable || a === final) {
+                assertEquals(0, effects, "$what: Failed although the effect happened: $a")
+            }
+            else -> Unit
+        }
+    }
+}
+
 private fun schedules(): Int = System.getenv("TOOLLEDGER_KT_SCHEDULES")?.toIntOrNull() ?: 100
 
 private suspend fun TestContext.runSchedules(offers: Offers) {
@@ -157,25 +184,7 @@ private suspend fun TestContext.runSchedules(offers: Offers) {
         val final = last!!
         if (final is CallOutcome.InFlight) fail("schedule $s ($offers, $moves): still InFlight after every caller left")
         answers.add(final)
-        val key = tool.keys.singleOrNull()
-        val effects = tool.keys.sumOf { service.count(it) }
-        if (offers == Offers.KEY) assertTrue(tool.keys.size <= 1, "schedule $s: a resend under another key: ${tool.keys}")
-        assertTrue(effects <= 1, "schedule $s ($offers, $moves): $effects effects; answers $answers")
-        for (a in answers) {
-            when (a) {
-                is CallOutcome.Completed -> {
-                    assertEquals(1, effects, "schedule $s ($offers, $moves): Completed with no effect: $a")
-                    assertEquals(sentJson("msg_$key"), a.resultJson, "schedule $s: a result that is not the effect's")
-                }
-                // A retryable failure told to one caller may be followed by
-                // another caller's retry that succeeds; a final one (not
-                // retryable, or the answer once every caller is gone) may not.
-                is CallOutcome.Failed -> if (!a.retryable || a === final) {
-                    assertEquals(0, effects, "schedule $s ($offers, $moves): Failed although the effect happened: $a")
-                }
-                else -> Unit
-            }
-        }
+        checkCall("schedule $s ($offers, $moves): answers $answers", service, tool, offers, answers, final)
         val kind = final.javaClass.simpleName
         counts[kind] = (counts[kind] ?: 0) + 1
     }
@@ -245,23 +254,7 @@ private suspend fun TestContext.runRoundSchedules(offers: Offers) {
         for (i in 0 until size) {
             val what = "round schedule $s ($offers), call $i ${scripts[i]}: answers ${answers[i]}, final ${final[i]}"
             if (final[i] is CallOutcome.InFlight) fail("$what: still InFlight after every caller left")
-            val tool = tools[i]
-            val key = tool.keys.singleOrNull()
-            val effects = tool.keys.sumOf { service.count(it) }
-            if (offers == Offers.KEY) assertTrue(tool.keys.size <= 1, "$what: a resend under another key: ${tool.keys}")
-            assertTrue(effects <= 1, "$what: $effects effects")
-            for (a in answers[i] + final[i]) {
-                when (a) {
-                    is CallOutcome.Completed -> {
-                        assertEquals(1, effects, "$what: Completed with no effect: $a")
-                        assertEquals(sentJson("msg_$key"), a.resultJson, "$what: a result that is not the effect's")
-                    }
-                    is CallOutcome.Failed -> if (!a.retryable || a === final[i]) {
-                        assertEquals(0, effects, "$what: Failed although the effect happened: $a")
-                    }
-                    else -> Unit
-                }
-            }
+            checkCall(what, service, tools[i], offers, answers[i] + final[i], final[i])
             val kind = final[i].javaClass.simpleName
             counts[kind] = (counts[kind] ?: 0) + 1
         }
