@@ -35,4 +35,5 @@ mod providers;
 mod read_only;
 mod reconciliation;
 mod retention;
+mod sqlite_build;
 mod storage_faults;
