@@ -35,5 +35,6 @@ mod providers;
 mod read_only;
 mod reconciliation;
 mod retention;
+mod round_faults;
 mod sqlite_build;
 mod storage_faults;
