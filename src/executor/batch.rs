@@ -15,7 +15,7 @@
 
 use std::collections::BTreeSet;
 
-use super::protocol::{completed, storable_result, unknown, Step};
+use super::protocol::{completed, storable_id, storable_result, unknown, Step};
 use super::tool::{LookupOutcome, PerformOutcome, ToolDescriptor, ToolHandler, ToolRequest};
 use super::{backoff, CallOutcome, Executor, Result};
 use crate::crashpoint::{self, CrashPoint};
@@ -170,6 +170,7 @@ pub(super) async fn perform_items(
             } => {
                 crashpoint::hit(CrashPoint::AfterRemoteCommit);
                 let result = storable_result(result_json, &limits);
+                let external_id = storable_id(external_id);
                 let recorded = ledger
                     .record_batch_item(&ticket.attempt_id(), index, &result, external_id.as_deref())
                     .map(|_| ());
@@ -264,7 +265,10 @@ async fn settle_uncertain_item(
             }) => {
                 exec.metrics_sink().reconciled(true);
                 let limits = exec.ledger().config().json_limits;
-                Settled::Found(storable_result(result_json, &limits), external_id)
+                Settled::Found(
+                    storable_result(result_json, &limits),
+                    storable_id(external_id),
+                )
             }
             Ok(LookupOutcome::NotFound) => {
                 exec.metrics_sink().reconciled(false);

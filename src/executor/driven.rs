@@ -37,7 +37,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::protocol::{request_for, storable_result, Reconciling, Step};
+use super::protocol::{request_for, storable_id, storable_result, Reconciling, Step};
 use super::readonly::{self, ReadOnlyNext};
 use super::tool::{
     BatchMode, EffectClass, LookupOutcome, PerformOutcome, ToolDescriptor, ToolError, ToolHandler,
@@ -617,7 +617,7 @@ impl Executor {
             &attempt,
             Resolution::Found {
                 result_json: storable_result(result_json.to_owned(), &ledger.config().json_limits),
-                external_id: external_id.clone(),
+                external_id: storable_id(external_id.clone()),
             },
         );
         match resolved {
@@ -687,7 +687,7 @@ impl Executor {
                     &looked,
                     Resolution::Found {
                         result_json: storable_result(result_json, limits),
-                        external_id,
+                        external_id: storable_id(external_id),
                     },
                 );
                 match kept {

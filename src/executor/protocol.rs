@@ -15,6 +15,7 @@ use super::{backoff, batch, CallOutcome, Executor, Result};
 use crate::crashpoint::{self, CrashPoint};
 use crate::ledger::{self, AttemptId, Begin, Resolution, Resolved, StoredResult, Ticket};
 use crate::model::canonical::write_json_string;
+use crate::model::text::check_foreign_id;
 use crate::model::{ExecutionId, ExecutionStatus, JsonLimits, Monotonic, OperationStatus};
 
 /// The next thing to do for one execution.
@@ -201,6 +202,7 @@ impl Executor {
             } => {
                 crashpoint::hit(CrashPoint::AfterRemoteCommit);
                 let result_json = storable_result(result_json, &ledger.config().json_limits);
+                let external_id = storable_id(external_id);
                 // The durability policy, by what the tool declares.
                 let downstream = desc.downstream();
                 ledger
@@ -215,14 +217,31 @@ impl Executor {
                         Step::Done(completed(stored, false))
                     })
             }
-            PerformOutcome::JobStarted { job_id } => match ledger.record_job(&attempt, &job_id) {
-                Ok(()) => Ok(Step::Done(self.current_or_pending(id, job_id)?)),
-                // The job's own update finished it first (a webhook): what
-                // is stored is the answer.
-                Err(ledger::Error::InvalidTransition { .. }) => {
-                    Ok(Step::Done(self.current_outcome(id)?))
+            PerformOutcome::JobStarted { job_id } => match check_foreign_id("job id", &job_id) {
+                // A job started under an id the ledger refuses (empty, too
+                // long) cannot be followed: its outcome is unknown, and the
+                // reason says why.
+                Err(refused) => {
+                    let reason =
+                        format!("the tool started a job the ledger cannot follow: {refused}");
+                    ledger.mark_outcome_unknown(&attempt, &reason).map(|_| {
+                        Step::Done(CallOutcome::Unknown {
+                            execution_id: id.clone(),
+                            attempt: attempt.attempt,
+                            reason,
+                            retry_after: None,
+                        })
+                    })
                 }
-                Err(e) => Err(e),
+                Ok(()) => match ledger.record_job(&attempt, &job_id) {
+                    Ok(()) => Ok(Step::Done(self.current_or_pending(id, job_id)?)),
+                    // The job's own update finished it first (a webhook):
+                    // what is stored is the answer.
+                    Err(ledger::Error::InvalidTransition { .. }) => {
+                        Ok(Step::Done(self.current_outcome(id)?))
+                    }
+                    Err(e) => Err(e),
+                },
             },
             PerformOutcome::FailedBeforeCommit { reason, .. }
                 if self.earlier_may_land(desc, &ticket).is_some() =>
@@ -566,7 +585,7 @@ impl Executor {
                         &attempt,
                         Resolution::Found {
                             result_json,
-                            external_id,
+                            external_id: storable_id(external_id),
                         },
                     )
                     .map(|r| self.after_resolution(&attempt, r));
@@ -703,6 +722,15 @@ pub(super) fn unknown(attempt: &AttemptId, reason: &str) -> CallOutcome {
         reason: reason.to_owned(),
         retry_after: None,
     }
+}
+
+/// The downstream's id for an effect as the executor records it: an id the
+/// ledger refuses (empty, or longer than
+/// [`crate::model::text::MAX_FOREIGN_ID_BYTES`]) is not recorded, so that
+/// the effect's result still is (once committed, nothing needs the id;
+/// docs/design.md, "Sizes of stored text").
+pub(super) fn storable_id(external_id: Option<String>) -> Option<String> {
+    external_id.filter(|id| check_foreign_id("external id", id).is_ok())
 }
 
 /// A committed effect must be recorded even if the tool's result is not

@@ -11,6 +11,7 @@ use super::answers::{AttemptId, StoredResult};
 use super::steps::{load, settled_without_effect, Carried, Fenced};
 use super::{Error, Ledger, Result};
 use crate::model::canonical::{object_array_member, validate, write_json_string};
+use crate::model::text::check_foreign_id;
 use crate::model::{DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus, Transition};
 use crate::store::{Dao, Durability, EvidenceKind, StatusFields};
 
@@ -78,6 +79,9 @@ impl Ledger {
         result_json: &str,
         external_id: Option<&str>,
     ) -> Result<bool> {
+        if let Some(external_id) = external_id {
+            check_foreign_id("external id", external_id).map_err(Error::Id)?;
+        }
         validate(result_json, &self.config.json_limits)?;
         let now = self.now();
         let id = &attempt.execution_id;
@@ -230,6 +234,7 @@ impl Ledger {
     /// [`Error::NotFound`], [`Error::AlreadyCommitted`] if another external
     /// id is stored, storage errors.
     pub fn record_job(&self, attempt: &AttemptId, job_id: &str) -> Result<()> {
+        check_foreign_id("job id", job_id).map_err(Error::Id)?;
         let now = self.now();
         let id = &attempt.execution_id;
         self.write_fenced(|dao| {
@@ -296,6 +301,8 @@ impl Ledger {
         id: &ExecutionId,
         update: &JobUpdate,
     ) -> Result<JobApplied> {
+        check_foreign_id("webhook source", source).map_err(Error::Id)?;
+        check_foreign_id("webhook event id", event_id).map_err(Error::Id)?;
         self.apply_job(Some((source, event_id)), id, update)
     }
 

@@ -12,6 +12,7 @@
 use super::answers::{AttemptId, CancelOutcome, Resolution, Resolved, StoredResult, Ticket};
 use super::{CommitSync, Downstream, Error, Ledger, Result};
 use crate::model::canonical::validate;
+use crate::model::text::check_foreign_id;
 use crate::model::{
     ArgsDigest, ExecutionId, ExecutionRecord, ExecutionStatus, Monotonic, Move, OperationId,
     OperationStatus, Transition,
@@ -242,6 +243,7 @@ impl Ledger {
     /// [`Error::AlreadyCommitted`] when a different external id is stored;
     /// [`Error::NotFound`]; storage errors.
     pub fn record_external_id(&self, attempt: &AttemptId, external_id: &str) -> Result<()> {
+        check_foreign_id("external id", external_id).map_err(Error::Id)?;
         let now = self.now();
         self.write_fenced(|dao| {
             let rec = load(dao, &attempt.execution_id)?;
@@ -286,6 +288,9 @@ impl Ledger {
         result_json: &str,
         external_id: Option<&str>,
     ) -> Result<StoredResult> {
+        if let Some(external_id) = external_id {
+            check_foreign_id("external id", external_id).map_err(Error::Id)?;
+        }
         validate(result_json, &self.config.json_limits)?;
         self.commit_valid(attempt, result_json, external_id, None)
     }
@@ -565,6 +570,13 @@ impl Ledger {
     /// `outcome_unknown` (a committed one is never changed), [`Error::Json`]
     /// for a found result that is not JSON.
     pub fn resolve_unknown(&self, attempt: &AttemptId, resolution: Resolution) -> Result<Resolved> {
+        if let Resolution::Found {
+            external_id: Some(external_id),
+            ..
+        } = &resolution
+        {
+            check_foreign_id("external id", external_id).map_err(Error::Id)?;
+        }
         self.resolve(attempt, resolution, true)
     }
 

@@ -9,6 +9,7 @@ pub mod ids;
 pub mod monotonic;
 pub mod record;
 pub mod status;
+pub mod text;
 
 pub use call::{Provider, ToolCall};
 pub use canonical::{JsonError, JsonLimits};

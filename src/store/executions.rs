@@ -12,6 +12,7 @@ use super::dao::Dao;
 use super::error::{Error, Result};
 use super::history::{history_line, parse_history, LogLine};
 use super::hot::HotSql;
+use crate::model::text::bounded_reason;
 use crate::model::{
     ArgsDigest, DigestScheme, DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus,
     Monotonic, Move, OperationId, Provider, SessionId, TransitionEntry,
@@ -283,7 +284,9 @@ impl Dao<'_> {
                 .optional()?
                 .unwrap_or_default(),
         };
-        let log_reason = self.log_reason(id, change.reason)?;
+        // Free text is stored bounded (model/text.rs), in the log too.
+        let change_reason = change.reason.map(bounded_reason);
+        let log_reason = self.log_reason(id, change_reason.as_deref())?;
         let line = history_line(&LogLine {
             at_ms: now_ms,
             transition: mv.transition().as_str(),
@@ -296,7 +299,7 @@ impl Dao<'_> {
         let row = Row::of(id.as_str());
         let result = self.seal(Col::Result, row, change.result_json)?;
         let external = self.seal(Col::ExternalId, row, change.external_id)?;
-        let reason = self.seal(Col::Reason, row, change.reason)?;
+        let reason = self.seal(Col::Reason, row, change_reason.as_deref())?;
         // Two statements: only a move into a final status touches the
         // attention flag (and its index, if the row was flagged), so
         // `executing -> committed` writes the row's page and nothing else.
@@ -347,7 +350,14 @@ impl Dao<'_> {
             fence.and_then(|f| f.session),
         ])?;
         if changed != 0 {
-            self.observe(id, Some(mv.from()), to, attempt, change.reason, now_ms)?;
+            self.observe(
+                id,
+                Some(mv.from()),
+                to,
+                attempt,
+                change_reason.as_deref(),
+                now_ms,
+            )?;
         }
         Ok(changed != 0)
     }
@@ -468,7 +478,8 @@ impl Dao<'_> {
         reason: &str,
         now_ms: i64,
     ) -> Result<()> {
-        let log_reason = self.log_reason(id, Some(reason))?;
+        let reason = bounded_reason(reason);
+        let log_reason = self.log_reason(id, Some(&reason))?;
         let line = history_line(&LogLine {
             at_ms: now_ms,
             transition: note,

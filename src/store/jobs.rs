@@ -9,6 +9,7 @@ use super::codec::{unseal, unseal_some};
 use super::crypt::{Col, Row};
 use super::dao::Dao;
 use super::error::Result;
+use crate::model::text::{bounded, MAX_LABEL_BYTES};
 use crate::model::{DownstreamKey, ExecutionId};
 
 impl Dao<'_> {
@@ -84,6 +85,8 @@ impl Dao<'_> {
         now_ms: i64,
     ) -> Result<()> {
         let job = self.seal(Col::JobId, Row::of(id.as_str()), Some(job_id))?;
+        // A label is free text: stored bounded (model/text.rs).
+        let state = bounded(state, MAX_LABEL_BYTES);
         self.tx
             .prepare_cached(
                 "INSERT INTO jobs (execution_id, job_id, state, updated_ms) VALUES (?1, ?2, ?3, ?4)
@@ -102,6 +105,8 @@ impl Dao<'_> {
     /// Storage errors.
     pub fn set_job(&self, id: &ExecutionId, job_id: &str, state: &str, now_ms: i64) -> Result<()> {
         let job = self.seal(Col::JobId, Row::of(id.as_str()), Some(job_id))?;
+        // A label is free text: stored bounded (model/text.rs).
+        let state = bounded(state, MAX_LABEL_BYTES);
         self.tx
             .prepare_cached(
                 "INSERT INTO jobs (execution_id, job_id, state, updated_ms) VALUES (?1, ?2, ?3, ?4)

@@ -7,6 +7,7 @@ use super::codec::unseal;
 use super::crypt::{Col, Row};
 use super::dao::Dao;
 use super::error::Result;
+use crate::model::text::bounded_reason;
 use crate::model::{EvidenceEntry, ExecutionId, SessionId};
 
 /// One open ledger as registered in the database.
@@ -219,7 +220,8 @@ impl Dao<'_> {
         let row = Row::with(id.as_str(), i64::from(e.attempt));
         let result = self.seal(Col::EvidenceResult, row, e.result_json)?;
         let external = self.seal(Col::EvidenceExternalId, row, e.external_id)?;
-        let reason = self.seal(Col::EvidenceReason, row, e.reason)?;
+        let reason = e.reason.map(bounded_reason);
+        let reason = self.seal(Col::EvidenceReason, row, reason.as_deref())?;
         self.tx
             .prepare_cached(
                 "INSERT INTO evidence (execution_id, attempt, session_id, kind, result_json,

@@ -38,3 +38,4 @@ mod retention;
 mod round_faults;
 mod sqlite_build;
 mod storage_faults;
+mod text_sizes;

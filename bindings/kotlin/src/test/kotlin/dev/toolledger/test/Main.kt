@@ -7,5 +7,5 @@
 package dev.toolledger.test
 
 fun main(args: Array<String>) {
-    runTests(scenarioTests + ownershipTests + concurrencyTests + crashRecoveryTests + layerTests + callerDrivenTests + privacyTests + eventsTests + fastCallsTests + suspendCallTests + closedExecutorTests + loneSurrogateTests + interruptionTests + callerToolTests + callerToolScheduleTests + roundTests, args.toList())
+    runTests(scenarioTests + ownershipTests + concurrencyTests + crashRecoveryTests + layerTests + callerDrivenTests + privacyTests + eventsTests + fastCallsTests + suspendCallTests + closedExecutorTests + loneSurrogateTests + interruptionTests + callerToolTests + callerToolScheduleTests + roundTests + textSizesTests, args.toList())
 }
