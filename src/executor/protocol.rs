@@ -224,14 +224,21 @@ impl Executor {
                 Err(refused) => {
                     let reason =
                         format!("the tool started a job the ledger cannot follow: {refused}");
-                    ledger.mark_outcome_unknown(&attempt, &reason).map(|_| {
-                        Step::Done(CallOutcome::Unknown {
+                    match ledger.mark_job_unfollowable(&attempt, &reason) {
+                        Ok(_) => Ok(Step::Done(CallOutcome::Unknown {
                             execution_id: id.clone(),
                             attempt: attempt.attempt,
                             reason,
                             retry_after: None,
-                        })
-                    })
+                        })),
+                        // Settled meanwhile (the job's own update, a failure
+                        // reported first, a takeover): what is stored is the
+                        // answer, as for a job id that could be recorded.
+                        Err(ledger::Error::InvalidTransition { .. }) => {
+                            Ok(Step::Done(self.current_outcome(id)?))
+                        }
+                        Err(e) => Err(e),
+                    }
                 }
                 Ok(()) => match ledger.record_job(&attempt, &job_id) {
                     Ok(()) => Ok(Step::Done(self.current_or_pending(id, job_id)?)),

@@ -11,7 +11,7 @@ use super::answers::{AttemptId, StoredResult};
 use super::steps::{load, settled_without_effect, Carried, Fenced};
 use super::{Error, Ledger, Result};
 use crate::model::canonical::{object_array_member, validate, write_json_string};
-use crate::model::text::check_foreign_id;
+use crate::model::text::{bounded_reason, check_foreign_id};
 use crate::model::{DownstreamKey, ExecutionId, ExecutionRecord, ExecutionStatus, Transition};
 use crate::store::{Dao, Durability, EvidenceKind, StatusFields};
 
@@ -459,9 +459,10 @@ fn compose_items(
         out.push_str("],\"not_committed\":[");
         out.push_str(&missing.join(","));
         out.push_str("],\"reason\":");
+        // Free text: stored bounded (model/text.rs).
         write_json_string(
             &mut out,
-            reason.unwrap_or("stopped before the remaining items"),
+            &bounded_reason(reason.unwrap_or("stopped before the remaining items")),
         );
         out.push('}');
     }

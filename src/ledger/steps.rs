@@ -523,6 +523,27 @@ impl Ledger {
     /// [`Error::StaleAttempt`]; [`Error::InvalidTransition`] unless
     /// `executing`; [`Error::NotFound`].
     pub fn mark_outcome_unknown(&self, attempt: &AttemptId, reason: &str) -> Result<Monotonic> {
+        self.mark_unknown_as(attempt, reason, EvidenceKind::Unknown)
+    }
+
+    /// [`Ledger::mark_outcome_unknown`] for a job the attempt started under
+    /// an id the ledger refuses (empty, too long): nothing can follow it, so
+    /// its outcome is unknown; a stale attempt's report is kept as evidence
+    /// of a job, an effect (as [`Ledger::record_job`] keeps it).
+    pub(crate) fn mark_job_unfollowable(
+        &self,
+        attempt: &AttemptId,
+        reason: &str,
+    ) -> Result<Monotonic> {
+        self.mark_unknown_as(attempt, reason, EvidenceKind::Job)
+    }
+
+    fn mark_unknown_as(
+        &self,
+        attempt: &AttemptId,
+        reason: &str,
+        stale_kind: EvidenceKind,
+    ) -> Result<Monotonic> {
         let now = self.now();
         let mono = self.clock.monotonic();
         self.write_fenced(|dao| {
@@ -531,15 +552,9 @@ impl Ledger {
                 reason: Some(reason),
                 ..Carried::default()
             };
-            if let Some(stale) = self.check_fence(
-                dao,
-                &rec,
-                attempt,
-                true,
-                EvidenceKind::Unknown,
-                &carried,
-                now,
-            )? {
+            if let Some(stale) =
+                self.check_fence(dao, &rec, attempt, true, stale_kind, &carried, now)?
+            {
                 return Ok(Fenced::Refused(stale));
             }
             self.step(

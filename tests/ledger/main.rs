@@ -39,3 +39,4 @@ mod round_faults;
 mod sqlite_build;
 mod storage_faults;
 mod text_sizes;
+mod text_sizes_review;
