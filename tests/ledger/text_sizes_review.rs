@@ -5,6 +5,7 @@
 //! `cancelled_after_side_effect`), and by a late report for a settled call
 //! answered with the stored truth; an encrypted ledger's reasons cut before
 //! they are sealed.
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
