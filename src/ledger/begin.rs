@@ -451,6 +451,18 @@ impl Ledger {
                     // The usual case first: a new call (no record, no
                     // tombstone) is inserted without reading a record.
                     if !is_cancelled(op_status) && !taken {
+                        if let Some(original) = compensates {
+                            // Read again in this transaction: a prune since
+                            // `compensate` read it may have removed it, and
+                            // the link to it could not be written.
+                            match dao.execution(original)? {
+                                Some(rec) if rec.status.is_committed() => {}
+                                Some(_) => {
+                                    return Err(Error::NothingToCompensate(original.clone()))
+                                }
+                                None => return Err(Error::NotFound(original.clone())),
+                            }
+                        }
                         if let Some(answer) =
                             self.insert_new(dao, op, round, p, compensates, now)?
                         {

@@ -222,8 +222,12 @@ impl Inspector {
     }
 
     /// Runs `f` in a read transaction. When the file was opened as immutable
-    /// and another connection started using it meanwhile, `f` runs again
-    /// through SQLite's shared locking, so no torn read is ever reported.
+    /// and another connection used it meanwhile (it has a `-wal` now, or it
+    /// changed: a writer that opened, wrote and closed), `f` runs again on a
+    /// connection opened now, so no stale or torn read is ever reported: an
+    /// immutable one again if the file is still closed everywhere (checked
+    /// again after it), and after three such tries through SQLite's shared
+    /// locking.
     fn read<T>(&self, f: impl Fn(&Dao<'_>) -> store::Result<T>) -> Result<T> {
         if self.opener.forked_since() {
             return Err(Error::Store(store::Error::Forked));
@@ -232,11 +236,14 @@ impl Inspector {
             .store
             .lock()
             .map_err(|_| Error::Store(store::Error::LockPoisoned))?;
-        let first = current.read(|dao: &Dao<'_>| f(dao));
-        if !current.came_into_use() {
-            return Ok(first?);
+        for _ in 0..3 {
+            let read = current.read(|dao: &Dao<'_>| f(dao));
+            if !current.came_into_use() {
+                return Ok(read?);
+            }
+            // Kept as it was when this fails: the next read tries again.
+            current.reopen_read_only()?;
         }
-        // Kept as it was when this fails: the next read tries again.
         current.reopen_shared()?;
         Ok(current.read(|dao: &Dao<'_>| f(dao))?)
     }

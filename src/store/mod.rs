@@ -176,6 +176,38 @@ pub struct Store {
     /// The database file in this process's list of open files (a forked
     /// child may not open it again: see `forks`).
     _file: Option<forks::OpenFile>,
+    /// An immutable read-only store: the file as it was just before the
+    /// connection opened (see [`Store::came_into_use`]).
+    stamp: Option<FileStamp>,
+}
+
+/// What changes when anything writes to a file: its identity, length and
+/// times. Two equal stamps of a path taken apart mean nothing wrote to it in
+/// between (to the times' resolution: nanoseconds on the file systems an
+/// app's ledger lives on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    #[cfg(unix)]
+    identity: (u64, u64, i64, i64),
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        let meta = std::fs::metadata(path).ok()?;
+        #[cfg(unix)]
+        let identity = {
+            use std::os::unix::fs::MetadataExt;
+            (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
+        };
+        Some(FileStamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            #[cfg(unix)]
+            identity,
+        })
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -575,6 +607,7 @@ impl Store {
             sync_failed,
             opener,
             _file: file,
+            stamp: None,
         })
     }
 
@@ -608,6 +641,12 @@ impl Store {
             return Err(Error::Forked);
         }
         let immutable = !wal_path(&path).exists();
+        // Taken before the connection opens: a write after it changes it.
+        let stamp = if immutable {
+            FileStamp::of(&path)
+        } else {
+            None
+        };
         let opener = forks::Opener::here();
         let file = forks::OpenFile::note(&path, opener);
         let location = Location::ReadOnlyFile { path, immutable };
@@ -626,6 +665,7 @@ impl Store {
             sync_failed,
             opener,
             _file: file,
+            stamp,
         })
     }
 
@@ -648,6 +688,7 @@ impl Store {
             sync_failed,
             opener: forks::Opener::here(),
             _file: None,
+            stamp: None,
         })
     }
 
@@ -1163,16 +1204,44 @@ impl Store {
     }
 
     /// True when this store was opened as immutable (no `-wal` existed) and
-    /// a `-wal` exists now: another connection started using the file, and
-    /// what was read may predate (or tear across) its writes.
+    /// another connection has used the file since: a `-wal` exists now, or
+    /// the file is not as it was when the connection opened (a writer that
+    /// opened, wrote and closed leaves no `-wal`). What was read may then
+    /// predate (or tear across) its writes.
     pub fn came_into_use(&self) -> bool {
         match &self.location {
             Location::ReadOnlyFile {
                 path,
                 immutable: true,
-            } => wal_path(path).exists(),
+            } => wal_path(path).exists() || FileStamp::of(path) != self.stamp,
             _ => false,
         }
+    }
+
+    /// Opens a read-only store's connection again, as [`Store::open_read_only`]
+    /// would now: immutable (with a new stamp) when no `-wal` exists, through
+    /// SQLite's shared locking otherwise. A store that is not a read-only
+    /// file's is left as it is.
+    ///
+    /// # Errors
+    /// As [`Store::open_read_only`], the store left as it was (still
+    /// usable); [`Error::Forked`] in a forked child.
+    pub fn reopen_read_only(&mut self) -> Result<()> {
+        self.refuse_forked()?;
+        let Location::ReadOnlyFile { path, .. } = &self.location else {
+            return Ok(());
+        };
+        let immutable = !wal_path(path).exists();
+        let stamp = if immutable { FileStamp::of(path) } else { None };
+        let location = Location::ReadOnlyFile {
+            path: path.clone(),
+            immutable,
+        };
+        let conn = connect(&location, &self.options, false)?;
+        self.conn = Mutex::new(Some(Open::new(conn, None, self.sync_failed.clone())));
+        self.location = location;
+        self.stamp = stamp;
+        Ok(())
     }
 
     /// Reopens a read-only store through SQLite's normal locking (shared
@@ -1197,6 +1266,7 @@ impl Store {
         self.location = location;
         self.ledger_id = None;
         self.wal_file = None;
+        self.stamp = None;
         Ok(())
     }
 }

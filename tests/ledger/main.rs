@@ -35,6 +35,7 @@ mod providers;
 mod read_only;
 mod reconciliation;
 mod retention;
+mod retention_review;
 mod round_faults;
 mod sqlite_build;
 mod storage_faults;
