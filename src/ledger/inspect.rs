@@ -6,7 +6,10 @@
 //! when the file has no `-wal`, i.e. it was closed cleanly — leaves no
 //! `-wal`/`-shm` beside it. It is also the supported way for an app to read
 //! its ledger from a second connection: opening the file with another
-//! SQLite library drops the ledger's locks (see docs/design.md).
+//! SQLite library drops the ledger's locks (see docs/design.md). Each read
+//! reports the file as it is then: a read that an app's writes may have
+//! overtaken (the file has a `-wal` now, or it changed since the connection
+//! opened) runs again on a connection opened after them.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -19,8 +22,8 @@ use crate::store::{self, Dao, DbSize, Store, StoreOptions, StoreStats};
 /// begin, commit or recover anything.
 #[derive(Debug)]
 pub struct Inspector {
-    /// Its connection (switched to a shared one when the file comes into
-    /// use).
+    /// Its connection (opened again when the file was used by another
+    /// connection since: see `read`).
     store: Mutex<Store>,
     /// The file's own schema version when a migrated copy is read.
     copied_from_schema: Option<i64>,
