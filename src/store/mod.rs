@@ -926,7 +926,7 @@ impl Store {
             Err(e) => return Err(e.into()),
             Ok(_) => {}
         }
-        let result = run_begun(&open.conn, Some(&open.hot), keys, observe, f);
+        let result = run_begun(&open.conn, Some(&open.hot), keys, true, observe, f);
         if error::take_io_error() {
             // A failed write, read or sync inside the transaction (SQLite's
             // own sync of a FULL commit among them): repaired before the
@@ -1305,19 +1305,27 @@ fn run_in_transaction<T, E: From<Error>>(
     conn.prepare_cached(begin)
         .and_then(|mut s| s.execute([]))
         .map_err(Error::from)?;
-    run_begun(conn, None, keys, observe, f)
+    run_begun(conn, None, keys, false, observe, f)
 }
 
 /// Runs `f` in the transaction just begun and commits it; the guard rolls
 /// back on every other path. Returns the status moves it made when `observe`.
+/// A `write` under keys first checks, inside the transaction, that they are
+/// still the ledger's: another session may have rotated them since this one
+/// loaded them (a session that opened while a rotation ran read the old
+/// ones), and a value sealed under retired keys could never be opened again.
 fn run_begun<T, E: From<Error>>(
     conn: &Connection,
     held: Option<&hot::Hot>,
     keys: Option<&crypt::Keys>,
+    write: bool,
     observe: bool,
     f: impl FnOnce(&Dao<'_>) -> std::result::Result<T, E>,
 ) -> std::result::Result<(T, Vec<MoveEvent>), E> {
     let mut guard = RollbackGuard { conn, armed: true };
+    if let (true, Some(keys)) = (write, keys) {
+        reseal::keys_current(conn, keys)?;
+    }
     let dao = Dao::with_keys(conn, held, keys, observe);
     let out = f(&dao)?;
     // SQLite ends a transaction on its own after some errors (the guard's

@@ -143,6 +143,24 @@ pub(super) fn check_keys(conn: &Connection, keys: Option<&Keys>) -> Result<()> {
     }
 }
 
+/// Inside a write transaction of an encrypted ledger: `keys` are still the
+/// ledger's (no rotation committed since they were loaded). One cached
+/// statement, run on every write of an encrypted ledger.
+///
+/// # Errors
+/// [`Error::WrongKey`] when the stored wrapped keys are others (or gone).
+pub(super) fn keys_current(conn: &Connection, keys: &Keys) -> Result<()> {
+    let wrapped: Option<String> = conn
+        .prepare_cached("SELECT value FROM meta WHERE key = 'wrapped_keys'")?
+        .query_row([], |r| r.get(0))
+        .optional()?;
+    if wrapped.as_deref() == Some(keys.wrapped.as_str()) {
+        Ok(())
+    } else {
+        Err(Error::WrongKey)
+    }
+}
+
 /// One value column to rewrite: `(table, column, sealed column)`.
 type ValueRewrite = (&'static str, &'static str, Col);
 

@@ -20,6 +20,7 @@ mod concurrency;
 mod crash_recovery;
 mod delivery;
 mod encryption;
+mod encryption_review;
 mod flows;
 mod idempotency;
 mod in_place;
