@@ -270,11 +270,13 @@ impl Ledger {
         round: u32,
         spec: &CallSpec,
     ) -> Result<Begin> {
-        let rec = self
-            .get(original)?
-            .ok_or_else(|| Error::NotFound(original.clone()))?;
-        if !rec.status.is_committed() {
-            return Err(Error::NothingToCompensate(original.clone()));
+        // A missing original is decided in the write below: a compensation
+        // begun before the original was pruned still answers (its record or
+        // its tombstone), and a new one finds the original gone (`NotFound`).
+        if let Some(rec) = self.get(original)? {
+            if !rec.status.is_committed() {
+                return Err(Error::NothingToCompensate(original.clone()));
+            }
         }
         let mut prepared = self.prepare(op, round, spec)?;
         prepared.id = ExecutionId::compensation(&prepared.id, original)?;

@@ -7,9 +7,8 @@
 //! `-wal`/`-shm` beside it. It is also the supported way for an app to read
 //! its ledger from a second connection: opening the file with another
 //! SQLite library drops the ledger's locks (see docs/design.md). Each read
-//! reports the file as it is then: a read that an app's writes may have
-//! overtaken (the file has a `-wal` now, or it changed since the connection
-//! opened) runs again on a connection opened after them.
+//! reports the file as it is then: on a file nobody has open, each read
+//! after the first opens its connection again (see `Inspector::read`).
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -22,8 +21,8 @@ use crate::store::{self, Dao, DbSize, Store, StoreOptions, StoreStats};
 /// begin, commit or recover anything.
 #[derive(Debug)]
 pub struct Inspector {
-    /// Its connection (opened again when the file was used by another
-    /// connection since: see `read`).
+    /// Its connection (opened again for each read of a closed file, and
+    /// when another connection came: see `read`).
     store: Mutex<Store>,
     /// The file's own schema version when a migrated copy is read.
     copied_from_schema: Option<i64>,
@@ -224,13 +223,19 @@ impl Inspector {
         Ok((rows.into_iter().map(|(_, rec)| rec).collect(), next))
     }
 
-    /// Runs `f` in a read transaction. When the file was opened as immutable
-    /// and another connection used it meanwhile (it has a `-wal` now, or it
-    /// changed: a writer that opened, wrote and closed), `f` runs again on a
-    /// connection opened now, so no stale or torn read is ever reported: an
-    /// immutable one again if the file is still closed everywhere (checked
-    /// again after it), and after three such tries through SQLite's shared
-    /// locking.
+    /// Runs `f` in a read transaction and reports the file as it is now.
+    ///
+    /// A connection opened on a closed file (immutable: no locks) sees only
+    /// what the file held when it opened, so each read after the first opens
+    /// it again (as [`Inspector::open`] would now: immutable, or through
+    /// SQLite's shared locking if the file has a `-wal`; its keys checked
+    /// again). A read on an immutable connection is then checked for a
+    /// writer that came meanwhile: a `-wal` now means `f` runs again through
+    /// the shared locking; a file whose identity, length or times changed
+    /// during the read means it runs again on a new immutable connection (up
+    /// to three times; a file whose times keep changing without a `-wal`,
+    /// touched but not written, answers the last read). Nothing is created
+    /// beside a file that has no `-wal`.
     fn read<T>(&self, f: impl Fn(&Dao<'_>) -> store::Result<T>) -> Result<T> {
         if self.opener.forked_since() {
             return Err(Error::Store(store::Error::Forked));
@@ -239,16 +244,23 @@ impl Inspector {
             .store
             .lock()
             .map_err(|_| Error::Store(store::Error::LockPoisoned))?;
-        for _ in 0..3 {
+        let mut tries = 0;
+        loop {
+            if current.is_immutable() && !current.take_fresh() {
+                // Kept as it was when this fails: the next read tries again.
+                current.reopen_read_only()?;
+                current.take_fresh();
+            }
             let read = current.read(|dao: &Dao<'_>| f(dao));
-            if !current.came_into_use() {
+            tries += 1;
+            if !current.came_into_use() || tries == 3 && !current.has_wal() {
                 return Ok(read?);
             }
-            // Kept as it was when this fails: the next read tries again.
-            current.reopen_read_only()?;
+            if current.has_wal() {
+                current.reopen_shared()?;
+                return Ok(current.read(|dao: &Dao<'_>| f(dao))?);
+            }
         }
-        current.reopen_shared()?;
-        Ok(current.read(|dao: &Dao<'_>| f(dao))?)
     }
 }
 

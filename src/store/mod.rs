@@ -179,12 +179,16 @@ pub struct Store {
     /// An immutable read-only store: the file as it was just before the
     /// connection opened (see [`Store::came_into_use`]).
     stamp: Option<FileStamp>,
+    /// An immutable read-only store's connection has not been read through
+    /// yet (see [`Store::take_fresh`]).
+    fresh: bool,
 }
 
 /// What changes when anything writes to a file: its identity, length and
-/// times. Two equal stamps of a path taken apart mean nothing wrote to it in
-/// between (to the times' resolution: nanoseconds on the file systems an
-/// app's ledger lives on).
+/// times. Different stamps of a path taken apart mean something touched it
+/// in between; equal ones mean nothing wrote to it only to the times'
+/// resolution (a whole second on some file systems), so a stamp only flags
+/// a write during a read, it never proves there was none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FileStamp {
     len: u64,
@@ -608,6 +612,7 @@ impl Store {
             opener,
             _file: file,
             stamp: None,
+            fresh: false,
         })
     }
 
@@ -665,6 +670,7 @@ impl Store {
             sync_failed,
             opener,
             _file: file,
+            fresh: stamp.is_some(),
             stamp,
         })
     }
@@ -689,6 +695,7 @@ impl Store {
             opener: forks::Opener::here(),
             _file: None,
             stamp: None,
+            fresh: false,
         })
     }
 
@@ -1218,14 +1225,40 @@ impl Store {
         }
     }
 
+    /// True (once) when this is an immutable read-only store whose
+    /// connection was opened and not read through since; false for every
+    /// other store.
+    pub fn take_fresh(&mut self) -> bool {
+        std::mem::take(&mut self.fresh)
+    }
+
+    /// True when a `-wal` exists beside this store's file.
+    pub fn has_wal(&self) -> bool {
+        self.path().is_some_and(|p| wal_path(p).exists())
+    }
+
+    /// True for a read-only store opened as immutable (no locks: it sees
+    /// only what the file held when its connection opened).
+    pub fn is_immutable(&self) -> bool {
+        matches!(
+            self.location,
+            Location::ReadOnlyFile {
+                immutable: true,
+                ..
+            }
+        )
+    }
+
     /// Opens a read-only store's connection again, as [`Store::open_read_only`]
     /// would now: immutable (with a new stamp) when no `-wal` exists, through
-    /// SQLite's shared locking otherwise. A store that is not a read-only
-    /// file's is left as it is.
+    /// SQLite's shared locking otherwise; its keys still the file's. A store
+    /// that is not a read-only file's is left as it is.
     ///
     /// # Errors
     /// As [`Store::open_read_only`], the store left as it was (still
-    /// usable); [`Error::Forked`] in a forked child.
+    /// usable): [`Error::WrongKey`] when the file's keys changed (a rotation
+    /// since), [`Error::KeyRequired`] when it was encrypted since;
+    /// [`Error::Forked`] in a forked child.
     pub fn reopen_read_only(&mut self) -> Result<()> {
         self.refuse_forked()?;
         let Location::ReadOnlyFile { path, .. } = &self.location else {
@@ -1238,8 +1271,10 @@ impl Store {
             immutable,
         };
         let conn = connect(&location, &self.options, false)?;
+        reseal::check_keys(&conn, self.current_keys()?.as_deref())?;
         self.conn = Mutex::new(Some(Open::new(conn, None, self.sync_failed.clone())));
         self.location = location;
+        self.fresh = stamp.is_some();
         self.stamp = stamp;
         Ok(())
     }
@@ -1267,6 +1302,7 @@ impl Store {
         self.ledger_id = None;
         self.wal_file = None;
         self.stamp = None;
+        self.fresh = false;
         Ok(())
     }
 }

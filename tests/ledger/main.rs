@@ -21,6 +21,7 @@ mod crash_recovery;
 mod delivery;
 mod encryption;
 mod encryption_review;
+mod fixes_review;
 mod flows;
 mod idempotency;
 mod in_place;
