@@ -291,7 +291,10 @@ impl Executor {
                 })
             }
         };
-        self.or_current(id, recorded)
+        // A report for a call settled meanwhile (as absent, by a resolver or
+        // a cancellation) answers what is stored; an effect it reported was
+        // kept as evidence.
+        self.or_settled(id, recorded)
     }
 
     /// The next attempt of a retryable failure, unless its operation was

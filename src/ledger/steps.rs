@@ -373,6 +373,20 @@ impl Ledger {
                     rec.execution_id.clone(),
                 )));
             }
+            if settled_without_effect(rec.status) {
+                // Settled as absent while this attempt's request was out (a
+                // "not found" in a cancelled operation, an abandon): its
+                // effect happened after all. The settled status stands and
+                // the effect is kept as evidence, never dropped (a cancelled
+                // operation becomes `cancelled_after_side_effect`), as for a
+                // lookup that finds it.
+                self.keep_found_after_settled(dao, &rec, attempt.attempt, &carried, now)?;
+                return Ok(Fenced::Refused(Error::InvalidTransition {
+                    execution_id: rec.execution_id.clone(),
+                    from: rec.status,
+                    transition: Transition::Commit,
+                }));
+            }
             let fence = (attempt, true);
             Ok(Fenced::Done(self.commit_in(
                 dao,

@@ -160,6 +160,9 @@ pub(crate) struct Keys {
     /// The `meta.wrapped_keys` text they came from (a reconnect checks the
     /// ledger was not re-keyed meanwhile).
     pub(super) wrapped: String,
+    /// The schema version (`PRAGMA schema_version`) at which `wrapped` was
+    /// last found stored (`i64::MIN`: not yet): see `reseal::keys_current`.
+    pub(super) checked_schema: std::sync::atomic::AtomicI64,
 }
 
 impl std::fmt::Debug for Keys {
@@ -244,6 +247,7 @@ impl Keys {
             data_id,
             digest,
             wrapped: wrapped.to_owned(),
+            checked_schema: std::sync::atomic::AtomicI64::new(i64::MIN),
         })
     }
 
@@ -325,6 +329,7 @@ impl NewKeys {
                 data_id,
                 digest,
                 wrapped,
+                checked_schema: std::sync::atomic::AtomicI64::new(i64::MIN),
             },
         })
     }

@@ -144,17 +144,32 @@ pub(super) fn check_keys(conn: &Connection, keys: Option<&Keys>) -> Result<()> {
 }
 
 /// Inside a write transaction of an encrypted ledger: `keys` are still the
-/// ledger's (no rotation committed since they were loaded). One cached
-/// statement, run on every write of an encrypted ledger.
+/// ledger's (no rotation committed since they were loaded). Run on every
+/// write of an encrypted ledger, so it reads the schema version first
+/// (SQLite keeps it in the header: cheap) and the wrapped keys only when the
+/// schema changed since they were last found stored. That is enough because
+/// every write of `meta.wrapped_keys` (a rotation, an encryption in place,
+/// a new encrypted file) also changes the schema in the same transaction
+/// (it creates the sealed-column guards, after dropping the guards of
+/// `executions` in a rotation), and a schema version only grows
+/// (`encryption_review` races a session against a rotation).
 ///
 /// # Errors
 /// [`Error::WrongKey`] when the stored wrapped keys are others (or gone).
 pub(super) fn keys_current(conn: &Connection, keys: &Keys) -> Result<()> {
+    use std::sync::atomic::Ordering;
+    let schema: i64 = conn
+        .prepare_cached("PRAGMA schema_version")?
+        .query_row([], |r| r.get(0))?;
+    if schema == keys.checked_schema.load(Ordering::Relaxed) {
+        return Ok(());
+    }
     let wrapped: Option<String> = conn
         .prepare_cached("SELECT value FROM meta WHERE key = 'wrapped_keys'")?
         .query_row([], |r| r.get(0))
         .optional()?;
     if wrapped.as_deref() == Some(keys.wrapped.as_str()) {
+        keys.checked_schema.store(schema, Ordering::Relaxed);
         Ok(())
     } else {
         Err(Error::WrongKey)

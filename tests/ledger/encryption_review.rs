@@ -98,6 +98,13 @@ fn copy_ledger(from: &Path, to_dir: &Path) -> PathBuf {
 /// Waits (bounded, 10 s) until some connection has held SQLite's write lock
 /// for 120 ms in a row: the reseal's IMMEDIATE transaction (a session's own
 /// short writes never last that long). Returns false on timeout.
+/// The ledger sizes a race against a long re-seal transaction tries, in
+/// turn, until that transaction is caught holding the write lock.
+const SIZES: [usize; 3] = [600, 1_500, 4_000];
+
+const NEVER_CAUGHT: &str =
+    "the re-seal transaction never held the write lock for 120 ms, even over 4,000 calls";
+
 fn wait_for_long_write(db: &Path) -> bool {
     let probe = rusqlite::Connection::open(db).unwrap();
     probe.busy_timeout(Duration::ZERO).unwrap();
@@ -123,28 +130,31 @@ fn wait_for_long_write(db: &Path) -> bool {
 
 /// Schedule: a ledger of 600 calls under `old`; thread R calls
 /// `rotate_key(old, new)` (its InUse check passes: no other session); once
-/// its IMMEDIATE transaction has held the write lock for 15 ms, the test
+/// its IMMEDIATE transaction has held the write lock for 120 ms, the test
 /// opens session B with `old`: B reads the old `meta.wrapped_keys` (the
 /// rotation has not committed), creates its lock file after R's check, and
 /// registers once R commits. B then holds the old data key in a ledger
 /// re-keyed to `new` and writes a new call sealed under it.
 #[test]
 fn a_session_opened_during_a_rotation_never_writes_under_the_old_key() {
-    const N: usize = 600;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("l.db");
     let old = LedgerKey::generate().unwrap();
     let new = LedgerKey::generate().unwrap();
-    fill_ledger(&open(&db, Some(&old)), N);
-
-    let rot = {
-        let (db, old, new) = (db.clone(), old.clone(), new.clone());
-        std::thread::spawn(move || Ledger::rotate_key(&db, LedgerConfig::default(), &old, &new))
+    // A bigger ledger when the rotation was too quick to be caught.
+    let mut sizes = SIZES.into_iter();
+    let (_dir, db, n, rot) = loop {
+        let n = sizes.next().expect(NEVER_CAUGHT);
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("l.db");
+        fill_ledger(&open(&db, Some(&old)), n);
+        let rot = {
+            let (db, old, new) = (db.clone(), old.clone(), new.clone());
+            std::thread::spawn(move || Ledger::rotate_key(&db, LedgerConfig::default(), &old, &new))
+        };
+        if wait_for_long_write(&db) {
+            break (dir, db, n, rot);
+        }
+        let _ = rot.join();
     };
-    assert!(
-        wait_for_long_write(&db),
-        "the rotation's transaction never showed"
-    );
     let second = Ledger::open_encrypted(&db, LedgerConfig::default(), &old);
     let rotated = rot.join().unwrap();
     eprintln!(
@@ -168,7 +178,7 @@ fn a_session_opened_during_a_rotation_never_writes_under_the_old_key() {
     // Whatever the second session did, every record must open under the
     // one key the rotation answered with.
     let ledger = open(&db, Some(&new));
-    all_replay(&ledger, N).unwrap();
+    all_replay(&ledger, n).unwrap();
     let late = ledger.list(&op("op_late"));
     eprintln!(
         "under the new key: list(op_late) = {:?}; recover() = {:?}; repeat of the late call = {:?}; \
@@ -197,20 +207,23 @@ fn a_session_opened_during_a_rotation_never_writes_under_the_old_key() {
 /// a committed call answered as a conflict, or run again).
 #[test]
 fn a_plain_session_opened_during_encryption_does_not_lie_or_write_clear_values() {
-    const N: usize = 600;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("l.db");
     let key = LedgerKey::generate().unwrap();
-    fill_ledger(&open(&db, None), N);
-
-    let enc = {
-        let (db, key) = (db.clone(), key.clone());
-        std::thread::spawn(move || Ledger::encrypt_in_place(&db, LedgerConfig::default(), &key))
+    // A bigger ledger when the encryption was too quick to be caught.
+    let mut sizes = SIZES.into_iter();
+    let (_dir, db, n, enc) = loop {
+        let n = sizes.next().expect(NEVER_CAUGHT);
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("l.db");
+        fill_ledger(&open(&db, None), n);
+        let enc = {
+            let (db, key) = (db.clone(), key.clone());
+            std::thread::spawn(move || Ledger::encrypt_in_place(&db, LedgerConfig::default(), &key))
+        };
+        if wait_for_long_write(&db) {
+            break (dir, db, n, enc);
+        }
+        let _ = enc.join();
     };
-    assert!(
-        wait_for_long_write(&db),
-        "the encryption's transaction never showed"
-    );
     let second = try_open(&db, None);
     let encrypted = enc.join().unwrap();
     eprintln!(
@@ -236,7 +249,7 @@ fn a_plain_session_opened_during_encryption_does_not_lie_or_write_clear_values()
     drop(second);
     let ledger = open(&db, Some(&key));
     assert!(encrypted.is_ok(), "{encrypted:?}");
-    all_replay(&ledger, N).unwrap();
+    all_replay(&ledger, n).unwrap();
     assert!(ledger.list(&op("op_fresh")).unwrap().is_empty());
     assert!(lies.is_empty(), "{lies:?}");
 }

@@ -10,6 +10,7 @@
 
 mod abandoned_attempts;
 mod approval;
+mod approvals_review;
 mod attention;
 mod bad_input;
 mod batches;
