@@ -13,6 +13,33 @@ use toolledger::model::{ExecutionStatus, OperationId, OperationStatus, ToolCall}
 use toolledger_test_support as support;
 use toolledger_test_support::downstream;
 
+/// The outcome of a spawned executor call, awaited for at most `WAIT`.
+async fn joined(
+    task: tokio::task::JoinHandle<Result<CallOutcome, executor::Error>>,
+) -> CallOutcome {
+    tokio::time::timeout(WAIT, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+}
+
+/// How many of `outcomes` ran the tool (a `Completed` that is no replay).
+fn fresh_runs(outcomes: &[&CallOutcome]) -> usize {
+    outcomes
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                CallOutcome::Completed {
+                    replayed: false,
+                    ..
+                }
+            )
+        })
+        .count()
+}
+
 fn pay_desc(approval: bool) -> ToolDescriptor {
     ToolDescriptor {
         idempotency_key: true,
@@ -176,28 +203,9 @@ async fn approve_twice_from_two_sessions_performs_once() {
     let (id2, d2, eb2) = (execution_id.clone(), args_digest.clone(), eb.clone());
     let t1 = tokio::spawn(async move { ea2.approve(&id1, &d1, None).await });
     let t2 = tokio::spawn(async move { eb2.approve(&id2, &d2, None).await });
-    let r1 = tokio::time::timeout(WAIT, t1)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let r2 = tokio::time::timeout(WAIT, t2)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let fresh = [&r1, &r2]
-        .iter()
-        .filter(|r| {
-            matches!(
-                r,
-                CallOutcome::Completed {
-                    replayed: false,
-                    ..
-                }
-            )
-        })
-        .count();
+    let r1 = joined(t1).await;
+    let r2 = joined(t2).await;
+    let fresh = fresh_runs(&[&r1, &r2]);
     assert_eq!(fresh, 1, "{r1:?} {r2:?}");
     for r in [&r1, &r2] {
         assert!(
@@ -394,11 +402,7 @@ async fn run_existing_of_an_approved_call_racing_from_sessions_performs_once() {
         let t3 = tokio::spawn(async move { z.execute(&o3, 0, c3).await });
         let mut fresh = 0;
         for t in [t1, t2, t3] {
-            let r = tokio::time::timeout(WAIT, t)
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
+            let r = joined(t).await;
             match r {
                 CallOutcome::Completed {
                     replayed: false, ..
@@ -685,11 +689,7 @@ async fn cancel_during_retry_backoff_starts_no_further_attempt() {
         other.cancel_operation(&o).unwrap(),
         OperationStatus::Cancelled
     );
-    let out = tokio::time::timeout(WAIT, task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let out = joined(task).await;
     assert!(matches!(out, CallOutcome::Cancelled { .. }), "{out:?}");
     assert_eq!(service.posts().len(), 1);
     assert!(service.effects().is_empty());
@@ -732,11 +732,7 @@ async fn compensate_twice_concurrently_from_two_sessions_refunds_once() {
         eb.cancel_operation(&o).unwrap(),
         OperationStatus::CancelledAfterSideEffect
     );
-    let paid = tokio::time::timeout(WAIT, pay)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let paid = joined(pay).await;
     assert!(
         matches!(
             paid,
@@ -768,28 +764,9 @@ async fn compensate_twice_concurrently_from_two_sessions_refunds_once() {
     );
     let t1 = tokio::spawn(async move { x.compensate(&gx, &ox, 0, rx).await });
     let t2 = tokio::spawn(async move { y.compensate(&gy, &oy, 0, ry).await });
-    let r1 = tokio::time::timeout(WAIT, t1)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let r2 = tokio::time::timeout(WAIT, t2)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let fresh = [&r1, &r2]
-        .iter()
-        .filter(|r| {
-            matches!(
-                r,
-                CallOutcome::Completed {
-                    replayed: false,
-                    ..
-                }
-            )
-        })
-        .count();
+    let r1 = joined(t1).await;
+    let r2 = joined(t2).await;
+    let fresh = fresh_runs(&[&r1, &r2]);
     assert_eq!(fresh, 1, "{r1:?} {r2:?}");
     assert_eq!(ea.ledger().compensations(&original).unwrap().len(), 1);
     assert_eq!(service.effects().len(), 2, "one pay, one refund");

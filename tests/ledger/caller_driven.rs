@@ -27,8 +27,17 @@ pub(crate) fn perform(
     service: &Downstream,
     req: &ToolRequest,
 ) -> Result<PerformOutcome, ToolError> {
+    perform_at(service.addr(), req)
+}
+
+/// [`perform`] against the downstream at `addr` (a child process knows
+/// only its address).
+pub(crate) fn perform_at(
+    addr: std::net::SocketAddr,
+    req: &ToolRequest,
+) -> Result<PerformOutcome, ToolError> {
     let resp = request_blocking(
-        service.addr(),
+        addr,
         "POST",
         "/effects",
         Some(req.downstream_key.as_str()),
@@ -53,8 +62,16 @@ pub(crate) fn perform(
 
 /// The caller's own lookup: `GET /effects?key=…`.
 fn lookup(service: &Downstream, req: &ToolRequest) -> Result<LookupOutcome, ToolError> {
+    lookup_at(service.addr(), req)
+}
+
+/// [`lookup`] against the downstream at `addr`.
+pub(crate) fn lookup_at(
+    addr: std::net::SocketAddr,
+    req: &ToolRequest,
+) -> Result<LookupOutcome, ToolError> {
     let target = format!("/effects?key={}", encode(req.downstream_key.as_str()));
-    let resp = request_blocking(service.addr(), "GET", &target, None, "", TIMEOUT)
+    let resp = request_blocking(addr, "GET", &target, None, "", TIMEOUT)
         .map_err(|e| ToolError::new(format!("transport: {e}")))?;
     Ok(match resp.status {
         200 => LookupOutcome::Found {

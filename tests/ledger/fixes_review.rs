@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::retention_review::delivered;
 use support::*;
 use toolledger::ledger::{
     Begin, Error, Inspector, Ledger, LedgerConfig, LedgerKey, ManualClock, StorageError,
     PRUNED_EXECUTED_REASON,
 };
-use toolledger::model::ExecutionId;
 use toolledger_test_support as support;
 
 const DAY_MS: i64 = 86_400_000;
@@ -23,21 +23,6 @@ fn sidecar(db: &Path, suffix: &str) -> PathBuf {
     let mut name = db.as_os_str().to_os_string();
     name.push(suffix);
     PathBuf::from(name)
-}
-
-fn delivered(ledger: &Ledger, op_name: &str, call_id: &str, args: &str) -> ExecutionId {
-    let t = ticket(
-        ledger
-            .begin(&op(op_name), 0, &spec(call_id, "send", args))
-            .unwrap(),
-    );
-    ledger
-        .commit(&t.attempt_id(), r#"{"sent":true}"#, None)
-        .unwrap();
-    ledger
-        .mark_delivered(std::slice::from_ref(&t.execution_id))
-        .unwrap();
-    t.execution_id
 }
 
 /// A closed ledger of `n` delivered calls at `path` (no `-wal` left).

@@ -18,7 +18,9 @@ use toolledger_test_support as support;
 
 const DAY_MS: i64 = 86_400_000;
 
-fn delivered(ledger: &Ledger, op_name: &str, call_id: &str, args: &str) -> ExecutionId {
+/// A call begun, committed and marked delivered (prunable once the mark is
+/// written).
+pub(crate) fn delivered(ledger: &Ledger, op_name: &str, call_id: &str, args: &str) -> ExecutionId {
     let t = ticket(
         ledger
             .begin(&op(op_name), 0, &spec(call_id, "send", args))

@@ -30,11 +30,12 @@ use toolledger::ledger::{
     Error as LedgerError, IdleCheckpoint, Ledger, LedgerConfig, StorageError,
 };
 use toolledger::model::{ExecutionId, ExecutionStatus, ToolCall};
+// The caller's tool (`POST /effects` with the downstream key) and its
+// lookup (`GET /effects?key=…`), as the caller-driven tests run them.
+use crate::caller_driven::{lookup_at as look, perform_at as post};
 use toolledger_test_support as support;
 use toolledger_test_support::downstream;
-use toolledger_test_support::http::{encode, request_blocking};
 
-const TIMEOUT: Duration = Duration::from_secs(5);
 /// The landing window of the lookup tool: short, so a wrong takeover would
 /// have the time to resend inside a test.
 const WINDOW: Duration = Duration::from_millis(300);
@@ -120,42 +121,6 @@ fn caller_executor(ledger: Ledger, class: Class) -> (Executor, Arc<CallerRun>) {
     });
     exec.register(tool.clone()).unwrap();
     (exec, tool)
-}
-
-/// The caller's tool: `POST /effects` with the downstream key.
-fn post(addr: SocketAddr, req: &ToolRequest) -> Result<PerformOutcome, ToolError> {
-    let resp = request_blocking(
-        addr,
-        "POST",
-        "/effects",
-        Some(req.downstream_key.as_str()),
-        &req.arguments_json,
-        TIMEOUT,
-    )
-    .map_err(|e| ToolError::new(format!("transport: {e}")))?;
-    Ok(match resp.status {
-        200..=299 => PerformOutcome::Committed {
-            result_json: resp.body,
-            external_id: None,
-        },
-        status => PerformOutcome::Unknown {
-            reason: format!("status {status}"),
-        },
-    })
-}
-
-/// The caller's lookup: `GET /effects?key=…`.
-fn look(addr: SocketAddr, req: &ToolRequest) -> Result<LookupOutcome, ToolError> {
-    let target = format!("/effects?key={}", encode(req.downstream_key.as_str()));
-    let resp = request_blocking(addr, "GET", &target, None, "", TIMEOUT)
-        .map_err(|e| ToolError::new(format!("transport: {e}")))?;
-    Ok(match resp.status {
-        200 => LookupOutcome::Found {
-            result_json: resp.body,
-            external_id: None,
-        },
-        _ => LookupOutcome::NotFound,
-    })
 }
 
 /// Walks one call's steps to its answer, running the tool inline; the first
