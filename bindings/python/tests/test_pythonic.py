@@ -228,56 +228,47 @@ def test_approval_shows_the_preview_and_runs_the_approved_arguments(ledger_path)
     assert runs == [{"amount": "12.50 EUR", "to": "Bob"}]
 
 
-def test_a_job_started_is_pending(ledger_path):
+def started_job(ledger_path, job_id, then=lambda ledger, executor, out: None):
+    """A `render_video` tool that starts a job `job_id`, called once; then
+    `then(ledger, executor, outcome)` in the same open ledger. Returns the
+    outcome and what `then` returned."""
     @tl.tool(name="render_video")
     async def render(request):
-        return tl.JobStarted("job_7")
-
-    async def main():
-        with tl.Ledger.open(ledger_path) as ledger:
-            executor = tl.Executor(ledger, tools=[render])
-            return await executor.execute("op_1", 0, tl.ToolCall("v1", "render_video", {}))
-
-    out = asyncio.run(main())
-    assert out == tl.Pending(out.execution_id, "job_7")
-
-
-def test_a_job_started_under_an_empty_id_is_an_unknown_outcome_that_says_why(ledger_path):
-    @tl.tool(name="render_video")
-    async def render(request):
-        return tl.JobStarted("")
+        return tl.JobStarted(job_id)
 
     async def main():
         with tl.Ledger.open(ledger_path) as ledger:
             executor = tl.Executor(ledger, tools=[render])
             out = await executor.execute("op_1", 0, tl.ToolCall("v1", "render_video", {}))
-            return out, ledger.get(out.execution_id)
+            return out, then(ledger, executor, out)
 
-    out, record = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_a_job_started_is_pending(ledger_path):
+    out, _ = started_job(ledger_path, "job_7")
+    assert out == tl.Pending(out.execution_id, "job_7")
+
+
+def test_a_job_started_under_an_empty_id_is_an_unknown_outcome_that_says_why(ledger_path):
+    out, record = started_job(ledger_path, "", lambda ledger, _, out: ledger.get(out.execution_id))
     assert isinstance(out, tl.Unknown), out
     assert "job id must not be empty" in out.reason
     assert record.status is tl.ExecutionStatus.OUTCOME_UNKNOWN
 
 
 def test_a_webhook_without_an_event_id_is_refused_and_the_real_one_applies(ledger_path):
-    @tl.tool(name="render_video")
-    async def render(request):
-        return tl.JobStarted("job_7")
+    def webhooks(ledger, executor, out):
+        done = ffi.JobUpdate.SUCCEEDED(result_json='{"url":"u"}')
+        for source, event_id in [("render", ""), ("", "evt_1"), ("render", "e" * 2049)]:
+            with pytest.raises(tl.InvalidInput):
+                executor.ingest_webhook(source, event_id, out.execution_id, done)
+        pending = ledger.get(out.execution_id).status
+        applied = executor.ingest_webhook("render", "evt_1", out.execution_id, done)
+        again = executor.ingest_webhook("render", "evt_1", out.execution_id, done)
+        return pending, applied, again, ledger.get(out.execution_id)
 
-    async def main():
-        with tl.Ledger.open(ledger_path) as ledger:
-            executor = tl.Executor(ledger, tools=[render])
-            out = await executor.execute("op_1", 0, tl.ToolCall("v1", "render_video", {}))
-            done = ffi.JobUpdate.SUCCEEDED(result_json='{"url":"u"}')
-            for source, event_id in [("render", ""), ("", "evt_1"), ("render", "e" * 2049)]:
-                with pytest.raises(tl.InvalidInput):
-                    executor.ingest_webhook(source, event_id, out.execution_id, done)
-            pending = ledger.get(out.execution_id).status
-            applied = executor.ingest_webhook("render", "evt_1", out.execution_id, done)
-            again = executor.ingest_webhook("render", "evt_1", out.execution_id, done)
-            return pending, applied, again, ledger.get(out.execution_id)
-
-    pending, applied, again, record = asyncio.run(main())
+    _, (pending, applied, again, record) = started_job(ledger_path, "job_7", webhooks)
     assert pending is tl.ExecutionStatus.EXECUTING
     assert applied.is_COMMITTED() and again.is_DUPLICATE_EVENT()
     assert record.status is tl.ExecutionStatus.COMMITTED
