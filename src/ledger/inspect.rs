@@ -244,23 +244,22 @@ impl Inspector {
             .store
             .lock()
             .map_err(|_| Error::Store(store::Error::LockPoisoned))?;
-        let mut tries = 0;
-        loop {
+        for tries in 1..=3 {
             if current.is_immutable() && !current.take_fresh() {
                 // Kept as it was when this fails: the next read tries again.
                 current.reopen_read_only()?;
-                current.take_fresh();
             }
             let read = current.read(|dao: &Dao<'_>| f(dao));
-            tries += 1;
             if !current.came_into_use() || tries == 3 && !current.has_wal() {
                 return Ok(read?);
             }
             if current.has_wal() {
-                current.reopen_shared()?;
-                return Ok(current.read(|dao: &Dao<'_>| f(dao))?);
+                // A writer came: through the shared locking from now on.
+                current.reopen_read_only()?;
+                break;
             }
         }
+        Ok(current.read(|dao: &Dao<'_>| f(dao))?)
     }
 }
 

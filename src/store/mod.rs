@@ -626,7 +626,7 @@ impl Store {
     /// last writer died) and is read through SQLite's shared-memory index,
     /// which already exists or is recreated beside it. A writer that starts
     /// while an immutable read runs is noticed by
-    /// [`Store::came_into_use`]: read again after [`Store::reopen_shared`].
+    /// [`Store::came_into_use`]: read again after [`Store::reopen_read_only`].
     ///
     /// # Errors
     /// [`Error::OlderSchema`] for a file that needs a migration first,
@@ -1252,7 +1252,8 @@ impl Store {
     /// Opens a read-only store's connection again, as [`Store::open_read_only`]
     /// would now: immutable (with a new stamp) when no `-wal` exists, through
     /// SQLite's shared locking otherwise; its keys still the file's. A store
-    /// that is not a read-only file's is left as it is.
+    /// that is not a read-only file's is left as it is. The new connection
+    /// is not fresh: the caller reads through it next.
     ///
     /// # Errors
     /// As [`Store::open_read_only`], the store left as it was (still
@@ -1274,35 +1275,7 @@ impl Store {
         reseal::check_keys(&conn, self.current_keys()?.as_deref())?;
         self.conn = Mutex::new(Some(Open::new(conn, None, self.sync_failed.clone())));
         self.location = location;
-        self.fresh = stamp.is_some();
         self.stamp = stamp;
-        Ok(())
-    }
-
-    /// Reopens a read-only store through SQLite's normal locking (shared
-    /// with the writers), after [`Store::came_into_use`]. A store that is
-    /// not a read-only file's is left as it is.
-    ///
-    /// # Errors
-    /// As [`Store::open_read_only`], the store left as it was (still
-    /// usable); [`Error::Forked`] in a forked child.
-    pub fn reopen_shared(&mut self) -> Result<()> {
-        self.refuse_forked()?;
-        let Location::ReadOnlyFile { path, .. } = &self.location else {
-            return Ok(());
-        };
-        let location = Location::ReadOnlyFile {
-            path: path.clone(),
-            immutable: false,
-        };
-        let conn = connect(&location, &self.options, false)?;
-        // The immutable connection is closed here, the shared one kept.
-        self.conn = Mutex::new(Some(Open::new(conn, None, self.sync_failed.clone())));
-        self.location = location;
-        self.ledger_id = None;
-        self.wal_file = None;
-        self.stamp = None;
-        self.fresh = false;
         Ok(())
     }
 }
