@@ -27,8 +27,27 @@ pub(super) async fn perform_items(
     exec: &Executor,
     tool: &dyn ToolHandler,
     desc: &ToolDescriptor,
+    ticket: Ticket,
+    reconcile: bool,
+) -> Result<Step> {
+    // A resend starts a new attempt here, not in `drive`: it is this
+    // executor's while it runs, and an orphan when the caller goes away
+    // (dropped before the end) or a step fails.
+    let mut resent = None;
+    let step = perform_items_in(exec, tool, desc, ticket, reconcile, &mut resent).await?;
+    if let Some(running) = resent {
+        running.finish();
+    }
+    Ok(step)
+}
+
+async fn perform_items_in(
+    exec: &Executor,
+    tool: &dyn ToolHandler,
+    desc: &ToolDescriptor,
     mut ticket: Ticket,
     reconcile: bool,
+    resent: &mut Option<super::Running>,
 ) -> Result<Step> {
     let ledger = exec.ledger();
     let id = ticket.execution_id.clone();
@@ -142,7 +161,13 @@ pub(super) async fn perform_items(
                 ledger.resolve_unknown(&ticket.attempt_id(), Resolution::NotFoundRetry)
             };
             match resolved {
-                Ok(Resolved::Retry(t)) => ticket = t,
+                Ok(Resolved::Retry(t)) => {
+                    if let Some(previous) = resent.take() {
+                        previous.finish();
+                    }
+                    *resent = Some(exec.running(&t));
+                    ticket = t;
+                }
                 // Cancelled since the check above: nothing was written.
                 Err(crate::ledger::Error::OperationCancelled(_)) => {
                     return Ok(Step::Done(unknown(&ticket.attempt_id(), stop)));

@@ -413,6 +413,15 @@ impl Executor {
                     }
                 }
             }
+            None if self.running_here(id, attempt) => {
+                // This executor runs that attempt itself (`execute`): a
+                // report from outside would take it from under its own
+                // `perform`. Refused: the call is in flight, nothing changes.
+                return Ok(CallerStep::Done(CallOutcome::InFlight {
+                    execution_id: id.clone(),
+                    retry_after: None,
+                }));
+            }
             None => {
                 let (tool_name, ticket) = self.ticket_of(id, attempt)?;
                 let desc = self.side_effect_descriptor(&tool_name)?;
@@ -912,6 +921,15 @@ impl Executor {
 
     /// The tool of attempt `attempt` of `id`, if this executor handed it
     /// out and it was not reported yet.
+    /// Is attempt `attempt` of `id` one this executor runs itself (in
+    /// `running`, not handed to a caller)?
+    fn running_here(&self, id: &ExecutionId, attempt: u32) -> bool {
+        self.inner
+            .attempts
+            .lock()
+            .is_ok_and(|a| a.running.get(id) == Some(&attempt) && !a.driven.contains_key(id))
+    }
+
     fn driven_tool(&self, id: &ExecutionId, attempt: u32) -> Option<String> {
         let a = self.inner.attempts.lock().ok()?;
         a.driven

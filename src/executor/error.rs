@@ -28,6 +28,11 @@ pub enum Error {
     /// The executor's internals failed (a poisoned lock, a panicked task).
     #[error("executor internal error: {0}")]
     Internal(String),
+    /// `execute` ran outside a tokio runtime with a timer (one built without
+    /// `enable_time()` or `enable_all()`): the timeouts and backoffs of a
+    /// call need one. Checked before anything is recorded.
+    #[error("the executor needs a tokio runtime with its timer enabled (enable_time() or enable_all()); nothing was recorded")]
+    NoTimer,
 }
 
 impl From<crate::model::JsonError> for Error {

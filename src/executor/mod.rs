@@ -344,6 +344,7 @@ impl Executor {
         round: u32,
         calls: Vec<ToolCall>,
     ) -> Result<Vec<CallOutcome>> {
+        check_timer()?;
         let tools = calls
             .iter()
             .map(|c| self.tool(&c.tool_name))
@@ -772,4 +773,14 @@ mod tests {
         // Huge attempt numbers do not overflow.
         assert!(backoff(&config, u32::MAX, "x") <= Duration::from_millis(1000));
     }
+}
+
+/// Refuses, before anything is written, a call made on a tokio runtime
+/// without a timer: the first `tokio::time` use of a call (its timeout, a
+/// backoff) would panic there, after its intent was recorded. Making a
+/// `Sleep` registers nothing; on a runtime without a timer it panics, which
+/// is caught here (the panic hook still prints it once per such call).
+fn check_timer() -> Result<()> {
+    std::panic::catch_unwind(|| drop(tokio::time::sleep(std::time::Duration::ZERO)))
+        .map_err(|_| Error::NoTimer)
 }

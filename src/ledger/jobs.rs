@@ -8,7 +8,7 @@
 //! every webhook `(source, event id)` is processed at most once.
 
 use super::answers::{AttemptId, StoredResult};
-use super::steps::{load, settled_without_effect, Carried, Fenced};
+use super::steps::{load, open_failure, settled_without_effect, Carried, Fenced};
 use super::{Error, Ledger, Result};
 use crate::model::canonical::{object_array_member, validate, write_json_string};
 use crate::model::text::{bounded_reason, check_foreign_id};
@@ -341,7 +341,22 @@ impl Ledger {
                 ExecutionStatus::Executing | ExecutionStatus::OutcomeUnknown
             );
             let job_id = rec.external_id.clone().unwrap_or_default();
+            let failed_open = open_failure(dao, &rec)?;
             match update {
+                JobUpdate::Succeeded { result_json } if failed_open => {
+                    // The job succeeded for a call recorded as failed
+                    // (retryable): sent again it would run twice.
+                    dao.upsert_job(id, &job_id, "succeeded", now)?;
+                    let stored = self.commit_over_failure(
+                        dao,
+                        &rec,
+                        rec.attempt_count,
+                        result_json,
+                        None,
+                        now,
+                    )?;
+                    Ok(JobApplied::Committed(stored))
+                }
                 JobUpdate::Succeeded { result_json } if settled_without_effect(rec.status) => {
                     // The job's effect happened, but the call was settled
                     // without it (another resolver's "not found"): the

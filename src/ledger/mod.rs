@@ -153,6 +153,11 @@ pub struct Ledger {
     begun_since_sweep: AtomicU32,
     /// True once this session's row is in the `sessions` table.
     registered: AtomicBool,
+    /// Held for the whole of a `suspend()` and of `resume()`'s reopening:
+    /// one at a time, so that a resume cannot take the lock while a
+    /// suspend still holds it (and then lose it to that suspend's release),
+    /// nor clear a suspension mark that the suspend then closes under.
+    lifecycle: Mutex<()>,
     /// Set by [`Ledger::abandon`]: drop like a killed process.
     abandoned: AtomicBool,
     /// Attempts `begin` handed out through this ledger, most recent last:
@@ -249,6 +254,7 @@ impl Ledger {
             deliveries: Mutex::new(Deliveries::default()),
             begun_since_sweep: AtomicU32::new(0),
             registered: AtomicBool::new(false),
+            lifecycle: Mutex::new(()),
             abandoned: AtomicBool::new(false),
             begun: Mutex::new(VecDeque::new()),
             unsent: Mutex::new(Vec::new()),
@@ -510,6 +516,10 @@ impl Ledger {
     /// Storage errors of the mark or the checkpoint (the ledger is
     /// suspended all the same).
     pub fn suspend(&self) -> Result<()> {
+        let _one_at_a_time = self
+            .lifecycle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if self.store.is_suspended() {
             return Ok(());
         }
@@ -562,12 +572,18 @@ impl Ledger {
             // parent's own resume waiting for as long as the child lives.
             return Err(crate::store::Error::Forked.into());
         }
-        self.sessions
-            .acquire()
-            .map_err(|e| Error::Session(e.kind().to_string()))?;
-        self.store.resume()?;
-        // Active again: the lock says so; the row must not say "suspended".
-        self.register()?;
+        {
+            let _one_at_a_time = self
+                .lifecycle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.sessions
+                .acquire()
+                .map_err(|e| Error::Session(e.kind().to_string()))?;
+            self.store.resume()?;
+            // Active again: the lock says so; the row must not say "suspended".
+            self.register()?;
+        }
         self.recover()
     }
 

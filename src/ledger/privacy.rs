@@ -158,7 +158,8 @@ impl From<MoveEvent> for LedgerEvent {
 
 /// Hears of every committed status move of a ledger (after the commit,
 /// outside the ledger's locks: it may call the ledger). Must not block for
-/// long: it runs on the thread that made the move.
+/// long: it runs on the thread that made the move. A panic in `on_event` is
+/// caught and ignored (the move stands and the caller gets its answer).
 pub trait LedgerObserver: Send + Sync {
     /// One committed move.
     fn on_event(&self, event: &LedgerEvent);
@@ -169,7 +170,15 @@ struct Sink(Arc<dyn LedgerObserver>);
 impl EventSink for Sink {
     fn moved(&self, events: Vec<MoveEvent>) {
         for event in events {
-            self.0.on_event(&LedgerEvent::from(event));
+            let event = LedgerEvent::from(event);
+            // The write has committed; the caller must get its answer (an
+            // attempt it does not hear of is run by nobody). A panicking
+            // observer is ignored, as a throwing one is: it hears the next
+            // event all the same.
+            let observer = &self.0;
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                observer.on_event(&event);
+            }));
         }
     }
 }

@@ -348,6 +348,20 @@ impl Ledger {
                 }));
             }
             let rec = load(dao, &attempt.execution_id)?;
+            if self.own_open_failure(dao, &rec, attempt)? {
+                // This session's attempt, recorded as failed before commit
+                // (retryable) and now reported done: the effect happened. No
+                // attempt of it is running, and the next one would send it
+                // again.
+                return Ok(Fenced::Done(self.commit_over_failure(
+                    dao,
+                    &rec,
+                    attempt.attempt,
+                    result_json,
+                    external_id,
+                    now,
+                )?));
+            }
             let carried = Carried {
                 result_json: Some(result_json),
                 external_id,
@@ -668,6 +682,27 @@ impl Ledger {
                         Resolution::NotFoundAbandon { .. } => Transition::FailBeforeCommit,
                     },
                 };
+                if let (
+                    Resolution::Found {
+                        result_json,
+                        external_id,
+                    },
+                    true,
+                ) = (&resolution, self.own_open_failure(dao, &rec, attempt)?)
+                {
+                    // Found for a call recorded as failed (retryable): the
+                    // effect happened; sent again it would happen twice.
+                    return Ok(Fenced::Done(Resolved::Committed(
+                        self.commit_over_failure(
+                            dao,
+                            &rec,
+                            attempt.attempt,
+                            result_json,
+                            external_id.as_deref(),
+                            now,
+                        )?,
+                    )));
+                }
                 if kind == EvidenceKind::Commit && settled_without_effect(rec.status) {
                     // An effect found after the call was settled as absent
                     // (another resolver's "not found"): refused, and kept.
@@ -714,6 +749,73 @@ impl Ledger {
                 }
             };
             Ok(Fenced::Done(resolved))
+        })
+    }
+
+    /// Is `rec` an [`open_failure`] at `attempt`, its last attempt, which this
+    /// session ran? Then a report of that attempt's effect (the caller's
+    /// answer changed: a 503, then the backend's own "done") is the truth
+    /// about the only attempt there is, and is committed. A report from
+    /// another session is checked by the fence as before (kept as evidence).
+    fn own_open_failure(
+        &self,
+        dao: &Dao<'_>,
+        rec: &ExecutionRecord,
+        attempt: &AttemptId,
+    ) -> Result<bool> {
+        Ok(attempt.attempt == rec.attempt_count
+            && rec.owner_session.as_ref() == Some(self.session_id())
+            && open_failure(dao, rec)?)
+    }
+
+    /// Inside a write transaction: commits `result_json` (and `external_id`)
+    /// for `rec`, a retryable failure before commit ([`open_failure`]), when
+    /// attempt `attempt` reported or showed its effect after all (this
+    /// session's late report of the same attempt, its lookup, the job's own
+    /// report). Sending it again would make a second effect; the log says
+    /// which attempt it was.
+    pub(super) fn commit_over_failure(
+        &self,
+        dao: &Dao<'_>,
+        rec: &ExecutionRecord,
+        attempt: u32,
+        result_json: &str,
+        external_id: Option<&str>,
+        now: i64,
+    ) -> Result<StoredResult> {
+        self.step(
+            dao,
+            rec,
+            Transition::Commit,
+            None,
+            StatusFields {
+                result_json: Some(result_json),
+                external_id,
+                ..StatusFields::default()
+            },
+            now,
+        )?;
+        let note = format!(
+            "attempt {attempt} made its effect after the call was recorded as failed before \
+             commit (retryable): committed, not sent again"
+        );
+        dao.append_note(
+            &rec.execution_id,
+            "effect_after_failure",
+            ExecutionStatus::Committed,
+            attempt,
+            self.session_id(),
+            &note,
+            now,
+        )?;
+        effect_in_operation(dao, &rec.operation_id, now)?;
+        Ok(StoredResult {
+            execution_id: rec.execution_id.clone(),
+            result_json: result_json.to_owned(),
+            external_id: external_id
+                .map(str::to_owned)
+                .or_else(|| rec.external_id.clone()),
+            partial: false,
         })
     }
 
@@ -912,6 +1014,17 @@ impl Ledger {
 /// True for the statuses that say a call was settled without an effect
 /// (failed before commit, cancelled before commit, rejected): an effect
 /// found for it afterwards is kept as evidence.
+/// Inside a write transaction: is `rec` a retryable failure before commit
+/// of a single call (no batch items)? No attempt of it is running, and the
+/// next `begin` or `retry` would send it again, so an effect of it that
+/// this session reports, or that its job reports, is committed
+/// ([`Ledger::commit_over_failure`]), not only kept as evidence.
+pub(super) fn open_failure(dao: &Dao<'_>, rec: &ExecutionRecord) -> Result<bool> {
+    Ok(rec.status == ExecutionStatus::FailedBeforeCommit
+        && rec.retryable == Some(true)
+        && !dao.has_batch_items(&rec.execution_id)?)
+}
+
 pub(super) fn settled_without_effect(status: ExecutionStatus) -> bool {
     matches!(
         status,

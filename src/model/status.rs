@@ -191,6 +191,7 @@ const TABLE: &[(ExecutionStatus, Transition, ExecutionStatus)] = {
         (S::FailedBeforeCommit, T::Retry, S::Executing),
         (S::FailedBeforeCommit, T::Cancel, S::CancelledBeforeCommit),
         (S::FailedBeforeCommit, T::SettlePartial, S::Committed),
+        (S::FailedBeforeCommit, T::Commit, S::Committed),
         (S::Committed, T::Deliver, S::ResultDelivered),
     ]
 };
@@ -338,6 +339,7 @@ mod tests {
             (S::FailedBeforeCommit, T::Retry, S::Executing),
             (S::FailedBeforeCommit, T::Cancel, S::CancelledBeforeCommit),
             (S::FailedBeforeCommit, T::SettlePartial, S::Committed),
+            (S::FailedBeforeCommit, T::Commit, S::Committed),
             (S::Committed, T::Deliver, S::ResultDelivered),
         ];
         for (from, t, to) in expected {

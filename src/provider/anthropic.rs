@@ -44,6 +44,10 @@ const SKIPPED_BLOCKS: &[&str] = &[
 /// Stop reasons after which the last block may be cut off.
 const TRUNCATING_STOP_REASONS: &[&str] = &["max_tokens", "model_context_window_exceeded"];
 
+/// The stop reason of a turn the API stopped mid-output and says to drop:
+/// none of its calls is to be run.
+const REFUSAL: &str = "refusal";
+
 /// Finds the `tool_use` blocks of a Messages response.
 pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
     let obj = as_object(ANTHROPIC, root, "")?;
@@ -77,6 +81,12 @@ pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
         }
     }
     let stop_reason = optional_str(ANTHROPIC, obj, "", "stop_reason")?;
+    if let (Some(REFUSAL), Some(first)) = (stop_reason, found.first()) {
+        return Err(ProviderError::IncompleteCall {
+            provider: ANTHROPIC,
+            field: first.path.clone(),
+        });
+    }
     if let (true, Some(reason), Some(last)) = (last_is_call, stop_reason, found.last()) {
         if TRUNCATING_STOP_REASONS.contains(&reason) {
             return Err(ProviderError::IncompleteCall {

@@ -59,6 +59,11 @@ struct Candidate<'a> {
     parts: &'a [Json],
     parts_path: String,
     finished: bool,
+    /// Ended with `STOP`, the one reason after which the turn's calls are
+    /// whole and meant: `MAX_TOKENS` may cut the last one, the safety and
+    /// blocklist family, `MALFORMED_FUNCTION_CALL` and the rest end a turn
+    /// that is not to be acted on.
+    stopped: bool,
 }
 
 /// Reads the first candidate of a `generateContent` response.
@@ -71,8 +76,9 @@ fn candidate(root: &Json) -> Result<Candidate<'_>, ProviderError> {
         first(GEMINI, candidates, "candidates")?,
         candidate_path,
     )?;
-    let finished = optional_str(GEMINI, candidate, candidate_path, "finishReason")?
-        .is_some_and(|reason| !reason.is_empty());
+    let reason = optional_str(GEMINI, candidate, candidate_path, "finishReason")?;
+    let finished = reason.is_some_and(ends_turn);
+    let stopped = reason == Some("STOP");
     let content_path = "candidates[0].content";
     let parts = match optional(candidate, "content") {
         None => None,
@@ -85,7 +91,14 @@ fn candidate(root: &Json) -> Result<Candidate<'_>, ProviderError> {
         parts: parts.unwrap_or(&[]),
         parts_path: key_path(content_path, "parts"),
         finished,
+        stopped,
     })
+}
+
+/// Does a `finishReason` end the turn? Empty, and the protobuf spelling of
+/// "not stopped" (`FINISH_REASON_UNSPECIFIED`, enum value 0), do not.
+pub(super) fn ends_turn(reason: &str) -> bool {
+    !reason.is_empty() && reason != "FINISH_REASON_UNSPECIFIED"
 }
 
 /// A `functionCall` part of the turn, and whether the API answered it.
@@ -111,6 +124,7 @@ pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
         parts,
         parts_path,
         finished,
+        stopped,
     } = candidate(root)?;
     let mut calls: Vec<TurnCall<'_>> = Vec::new();
     let mut server_tools: HashSet<&str> = HashSet::new();
@@ -191,7 +205,7 @@ pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
                 field: call.raw.path,
             });
         }
-        if !finished {
+        if !finished || !stopped {
             return Err(ProviderError::IncompleteCall {
                 provider: GEMINI,
                 field: call.raw.path,

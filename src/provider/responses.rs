@@ -36,8 +36,8 @@ use std::collections::HashSet;
 
 use super::error::ProviderError;
 use super::fields::{
-    arguments_from_text, as_object, clip, index_path, non_empty_str, optional_str, required,
-    required_array, required_str, Object, Output, RawCall,
+    arguments_from_text, as_object, clip, index_path, non_empty_str, optional, optional_str,
+    required, required_array, required_str, Object, Output, RawCall,
 };
 use super::json::Json;
 use crate::model::{Provider, ToolCall};
@@ -138,6 +138,15 @@ pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
             Class::Call | Class::Refuse if answered_here => {}
             Class::Call => {
                 check_status(item, &path)?;
+                if turn_dropped(obj)? {
+                    // The response failed, was cancelled or was cut by the
+                    // content filter: none of its calls is to be run (its
+                    // stream ends in `response.failed` and is refused too).
+                    return Err(ProviderError::IncompleteCall {
+                        provider: RESPONSES,
+                        field: path,
+                    });
+                }
                 found.push(RawCall { path, item });
             }
             Class::Refuse => {
@@ -150,6 +159,23 @@ pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
         }
     }
     Ok(found)
+}
+
+/// Did the response as a whole end so that its calls are not to be run:
+/// `status` `failed` or `cancelled`, or `incomplete` because of the content
+/// filter?
+fn turn_dropped(obj: &Object) -> Result<bool, ProviderError> {
+    Ok(match optional_str(RESPONSES, obj, "", "status")? {
+        Some("failed" | "cancelled") => true,
+        Some("incomplete") => match optional(obj, "incomplete_details") {
+            Some(Json::Object(details)) => {
+                optional_str(RESPONSES, &details, "incomplete_details", "reason")?
+                    == Some("content_filter")
+            }
+            _ => false,
+        },
+        _ => false,
+    })
 }
 
 /// A `function_call` must be complete: `status` absent or `completed`.

@@ -90,7 +90,7 @@ impl GeminiStream {
         // An empty reason means the model has not stopped (as for a whole
         // response): the stream goes on.
         if let Some(reason) = optional_str(provider, candidate, &candidate_path, "finishReason")?
-            .filter(|reason| !reason.is_empty())
+            .filter(|reason| crate::provider::gemini::ends_turn(reason))
         {
             self.finish_reason = Some(reason.to_owned());
         }
