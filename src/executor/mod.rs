@@ -748,6 +748,16 @@ pub(crate) fn backoff(config: &ExecutorConfig, attempt: u32, salt: &str) -> Dura
     half + Duration::from_nanos(jitter)
 }
 
+/// Refuses, before anything is written, a call made on a tokio runtime
+/// without a timer: the first `tokio::time` use of a call (its timeout, a
+/// backoff) would panic there, after its intent was recorded. Making a
+/// `Sleep` registers nothing; on a runtime without a timer it panics, which
+/// is caught here (the panic hook still prints it once per such call).
+fn check_timer() -> Result<()> {
+    std::panic::catch_unwind(|| drop(tokio::time::sleep(std::time::Duration::ZERO)))
+        .map_err(|_| Error::NoTimer)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -773,14 +783,4 @@ mod tests {
         // Huge attempt numbers do not overflow.
         assert!(backoff(&config, u32::MAX, "x") <= Duration::from_millis(1000));
     }
-}
-
-/// Refuses, before anything is written, a call made on a tokio runtime
-/// without a timer: the first `tokio::time` use of a call (its timeout, a
-/// backoff) would panic there, after its intent was recorded. Making a
-/// `Sleep` registers nothing; on a runtime without a timer it panics, which
-/// is caught here (the panic hook still prints it once per such call).
-fn check_timer() -> Result<()> {
-    std::panic::catch_unwind(|| drop(tokio::time::sleep(std::time::Duration::ZERO)))
-        .map_err(|_| Error::NoTimer)
 }

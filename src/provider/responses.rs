@@ -169,7 +169,7 @@ fn turn_dropped(obj: &Object) -> Result<bool, ProviderError> {
         Some("failed" | "cancelled") => true,
         Some("incomplete") => match optional(obj, "incomplete_details") {
             Some(Json::Object(details)) => {
-                optional_str(RESPONSES, &details, "incomplete_details", "reason")?
+                optional_str(RESPONSES, details, "incomplete_details", "reason")?
                     == Some("content_filter")
             }
             _ => false,

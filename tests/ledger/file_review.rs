@@ -334,7 +334,6 @@ fn spawn_child(db: &Path) -> std::process::Child {
 
 #[test]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_shm_deleted_under_a_live_ledger_lets_a_second_process_run_the_call_again() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.db");
@@ -452,7 +451,6 @@ fn a_wal_deleted_under_a_ledger_opened_by_its_name_loses_no_acknowledged_commit(
 
 #[test]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_ledger_created_through_a_dangling_symlink_loses_an_acknowledged_commit() {
     let dir = tempfile::tempdir().unwrap();
     let real = dir.path().join("real.db");
@@ -474,7 +472,6 @@ fn defect_a_ledger_created_through_a_dangling_symlink_loses_an_acknowledged_comm
 }
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_dangling_symlink_is_not_resolved_to_the_file_sqlite_writes() {
     let dir = tempfile::tempdir().unwrap();
@@ -504,7 +501,6 @@ fn defect_a_dangling_symlink_is_not_resolved_to_the_file_sqlite_writes() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_wal_of_another_ledger_replaces_this_ledgers_records_silently() {
     let dir = tempfile::tempdir().unwrap();
@@ -564,7 +560,6 @@ fn defect_a_wal_of_another_ledger_replaces_this_ledgers_records_silently() {
 
 #[test]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_an_apps_own_sqlite_database_is_adopted_as_a_ledger() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("app.db");
@@ -587,7 +582,6 @@ fn defect_an_apps_own_sqlite_database_is_adopted_as_a_ledger() {
 }
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_an_sqlite_file_with_its_own_user_version_gets_an_untyped_error_and_is_modified() {
     let mut wrong = Vec::new();
@@ -639,7 +633,6 @@ fn defect_an_sqlite_file_with_its_own_user_version_gets_an_untyped_error_and_is_
 
 #[test]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_directory_at_the_path_is_reported_as_a_hard_linked_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
@@ -659,7 +652,6 @@ fn defect_a_directory_at_the_path_is_reported_as_a_hard_linked_file() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_live_owner_whose_lock_file_was_deleted_is_judged_dead() {
     let dir = tempfile::tempdir().unwrap();
@@ -693,7 +685,6 @@ fn defect_a_live_owner_whose_lock_file_was_deleted_is_judged_dead() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_plain_session_on_a_ledger_encrypted_after_it_opened_reports_tampering() {
     use toolledger::ledger::LedgerKey;
@@ -1040,7 +1031,6 @@ fn flipped_bits_in_the_file_never_panic() {
 
 #[test]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_the_database_file_replaced_under_a_live_ledger_is_not_noticed() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.db");
@@ -1074,7 +1064,6 @@ fn defect_the_database_file_replaced_under_a_live_ledger_is_not_noticed() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_truncated_file_reports_a_damaged_record_as_an_untyped_error() {
     let src = tempfile::tempdir().unwrap();
@@ -1118,7 +1107,6 @@ fn defect_a_truncated_file_reports_a_damaged_record_as_an_untyped_error() {
 /// to send; the other session follows the executor's rules for a lookup
 /// tool (look up, wait out the 120 s landing window, look up again, resend).
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_live_owner_whose_lock_file_was_deleted_sends_after_another_session_resent() {
     use std::collections::HashMap;
@@ -1199,7 +1187,6 @@ fn child_file_review_wal_rm() {
 
 #[test]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_wal_deleted_under_a_live_ledger_wedges_it_and_a_kill_then_loses_its_commits() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.db");
@@ -1268,7 +1255,6 @@ fn a_mark_queued_for_a_call_another_session_pruned_costs_nothing() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_fifo_in_the_sessions_directory_hangs_every_open() {
     let dir = tempfile::tempdir().unwrap();
@@ -1421,7 +1407,6 @@ fn a_disk_that_fills_at_any_point_of_a_migration_never_leaves_it_half_done() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_full_disk_at_open_is_reported_as_a_failing_disk() {
     let src = tempfile::tempdir().unwrap();

@@ -75,7 +75,6 @@ fn quoted(text: &str) -> String {
 /// cannot classify.
 #[test]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn a_foreign_document_with_calls_is_refused_not_read_as_no_calls() {
     let anthropic_message = r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"pay","input":{"cents":100}}],"stop_reason":"tool_use"}"#;
     let chat_message = r#"{"role":"assistant","content":"Paying now.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"pay","arguments":"{\"cents\":100}"}}]}"#;
@@ -205,7 +204,6 @@ fn a_gemini_turn_cut_off_blocked_or_malformed_runs_no_call() {
 /// must digest as 0 does (as `-0`, `0.0` and `0e5` do).
 #[test]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn every_number_the_parser_accepts_is_digested_by_its_value() {
     for (spelled, same_as) in [
         ("0e2147483648", Some("0")),
@@ -235,7 +233,6 @@ fn every_number_the_parser_accepts_is_digested_by_its_value() {
 /// member named `*` (the module says wildcards are refused; `$[*]` is):
 /// the tool gets an argument the model never named.
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn a_gemini_wildcard_path_is_refused_not_read_as_a_member_named_star() {
     let chunks = |path: &str| {
@@ -277,7 +274,6 @@ fn a_gemini_wildcard_path_is_refused_not_read_as_a_member_named_star() {
 /// tell "raise max_tokens" from "the model sent garbage".
 #[test]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn an_anthropic_stream_cut_at_the_token_limit_inside_a_call_is_an_incomplete_call() {
     let anthropic = [
         r#"{"type":"message_start","message":{"id":"msg_1","role":"assistant","content":[]}}"#,
@@ -316,7 +312,6 @@ fn an_anthropic_stream_cut_at_the_token_limit_inside_a_call_is_an_incomplete_cal
 /// the same message parsed whole is refused (`IncompleteCall`). Streamed
 /// and whole responses are promised the same refusals.
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 #[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn an_anthropic_stop_reason_in_message_start_is_not_ignored() {
     let message = r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"tool_use","id":"toolu_0","name":"pay","input":{"cents":10}}],"stop_reason":"max_tokens"}"#;
