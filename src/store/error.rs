@@ -8,7 +8,9 @@ use rusqlite::ErrorCode;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The file exists but is not an SQLite database. It is left untouched.
+    /// The file exists but is not an SQLite database, or is an SQLite
+    /// database that is not a toolledger ledger (another program's tables).
+    /// It is left untouched.
     #[error("the file is not a toolledger database (it is left untouched)")]
     NotADatabase,
     /// SQLite found the database corrupt. The file is left untouched.

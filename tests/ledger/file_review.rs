@@ -559,7 +559,6 @@ fn defect_a_wal_of_another_ledger_replaces_this_ledgers_records_silently() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_an_apps_own_sqlite_database_is_adopted_as_a_ledger() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("app.db");
@@ -582,7 +581,6 @@ fn defect_an_apps_own_sqlite_database_is_adopted_as_a_ledger() {
 }
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_an_sqlite_file_with_its_own_user_version_gets_an_untyped_error_and_is_modified() {
     let mut wrong = Vec::new();
     for (name, setup) in [
