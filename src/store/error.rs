@@ -170,6 +170,9 @@ pub(super) fn note_io_error() {
 #[error("a sealed value failed authentication")]
 pub(super) struct SealBroken;
 
+/// SQLite's extended code for a `-shm` file that could not be grown.
+const SQLITE_IOERR_SHMSIZE: i32 = 10 | (19 << 8);
+
 impl From<rusqlite::Error> for Error {
     fn from(err: rusqlite::Error) -> Error {
         if let rusqlite::Error::FromSqlConversionFailure(_, _, inner) = &err {
@@ -185,6 +188,11 @@ impl From<rusqlite::Error> for Error {
                 ErrorCode::DiskFull => Error::DiskFull,
                 ErrorCode::ReadOnly => Error::ReadOnly,
                 ErrorCode::CannotOpen => Error::CannotOpen,
+                // The `-shm` could not be made larger: no room on the disk
+                // (SQLITE_IOERR_SHMSIZE, from a failed fallocate/ftruncate).
+                ErrorCode::SystemIoFailure if ffi.extended_code == SQLITE_IOERR_SHMSIZE => {
+                    Error::DiskFull
+                }
                 ErrorCode::SystemIoFailure => {
                     note_io_error();
                     Error::Io(err)

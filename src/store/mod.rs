@@ -517,6 +517,9 @@ fn wal_path(db: &Path) -> PathBuf {
 fn refuse_hard_links(path: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     match std::fs::metadata(path) {
+        // A directory has two or more links of its own: it is no database
+        // file at all, and SQLite cannot open it.
+        Ok(m) if m.is_dir() => Err(Error::CannotOpen),
         Ok(m) if m.nlink() > 1 => Err(Error::MultipleLinks { links: m.nlink() }),
         _ => Ok(()),
     }

@@ -630,7 +630,6 @@ fn defect_an_sqlite_file_with_its_own_user_version_gets_an_untyped_error_and_is_
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_directory_at_the_path_is_reported_as_a_hard_linked_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
@@ -1405,7 +1404,6 @@ fn a_disk_that_fills_at_any_point_of_a_migration_never_leaves_it_half_done() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_full_disk_at_open_is_reported_as_a_failing_disk() {
     let src = tempfile::tempdir().unwrap();
     let orig = src.path().join("l.db");
