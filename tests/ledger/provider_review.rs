@@ -233,7 +233,6 @@ fn every_number_the_parser_accepts_is_digested_by_its_value() {
 /// member named `*` (the module says wildcards are refused; `$[*]` is):
 /// the tool gets an argument the model never named.
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn a_gemini_wildcard_path_is_refused_not_read_as_a_member_named_star() {
     let chunks = |path: &str| {
         vec![

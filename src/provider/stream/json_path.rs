@@ -35,7 +35,7 @@ pub(super) fn parse(path: &str) -> Option<Vec<Segment>> {
         if let Some(after) = rest.strip_prefix('.') {
             let end = after.find(['.', '[']).unwrap_or(after.len());
             let name = &after[..end];
-            if name.is_empty() || name.contains([']', '\'', '"', ' ']) {
+            if !shorthand_name(name) {
                 return None;
             }
             segments.push(Segment::Key(name.to_owned()));
@@ -49,6 +49,17 @@ pub(super) fn parse(path: &str) -> Option<Vec<Segment>> {
         }
     }
     (!segments.is_empty()).then_some(segments)
+}
+
+/// RFC 9535's `member-name-shorthand`: a letter, `_` or a non-ASCII
+/// character, then those or digits. Anything else after a `.` (`*`, `-`,
+/// a quote) is not a name: `$.*` is a wildcard, refused, not a member `*`.
+fn shorthand_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || !c.is_ascii())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || !c.is_ascii())
 }
 
 /// `index]` or a quoted name and `]`, after the `[`.
