@@ -104,6 +104,49 @@ struct Inner {
     attempts: Mutex<Attempts>,
 }
 
+impl Drop for Inner {
+    /// The last handle of the executor is gone while its ledger lives on
+    /// (the app's, another executor's), and its orphans with it: no other
+    /// executor of the ledger knows them (they are `executing`
+    /// under this live session, so every ask would answer `InFlight` for the
+    /// life of the process). Each is settled as this executor would have
+    /// settled it when asked again: a result its tool reported and the
+    /// ledger could not write is committed, any other orphan's outcome
+    /// becomes unknown (reconciled at the next ask). Best effort: a write
+    /// refused here (suspended, a full disk) leaves the row as it was.
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.ledger) == 1 {
+            // The ledger goes with this executor: its session ends, and the
+            // next session counts these attempts' owner as dead (as after a
+            // crash). Only a ledger that lives on needs them settled.
+            return;
+        }
+        let attempts = match self.attempts.get_mut() {
+            Ok(a) => std::mem::take(a),
+            Err(poisoned) => std::mem::take(poisoned.into_inner()),
+        };
+        for (id, attempt) in attempts.orphans {
+            let attempt_id = AttemptId::new(id.clone(), attempt);
+            let written = match attempts.unrecorded.get(&id) {
+                Some((at, result_json, external_id)) if *at == attempt => self
+                    .ledger
+                    .commit_valid(&attempt_id, result_json, external_id.as_deref(), None)
+                    .map(drop),
+                _ => Err(crate::ledger::Error::NotFound(id.clone())),
+            };
+            if written.is_err() {
+                // Fenced: refused (and harmless) when the attempt is no
+                // longer the current one or no longer executing.
+                let _ = self.ledger.mark_outcome_unknown(
+                    &attempt_id,
+                    "its caller stopped waiting while it ran, and its executor was dropped; \
+                     the outcome is unknown",
+                );
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct Attempts {
     running: Map<ExecutionId, u32>,
@@ -117,6 +160,19 @@ struct Attempts {
     /// A report takes the earliest (it cannot tell which hand-out it
     /// answers).
     lookups: Map<ExecutionId, Vec<(u32, crate::model::Monotonic)>>,
+    /// Results of orphaned attempts that their tool reported and the ledger
+    /// could not write (suspended meanwhile, a full disk): the attempt, the
+    /// result and the external id. Taking the orphan over commits it.
+    unrecorded: Map<ExecutionId, (u32, String, Option<String>)>,
+}
+
+/// What taking over an orphan of this executor led to.
+pub(crate) enum Takeover {
+    /// Its outcome is unknown now: reconcile it.
+    Reconcile(Ticket),
+    /// Its tool had reported a result the ledger could not write then: now
+    /// committed.
+    Committed(crate::ledger::StoredResult),
 }
 
 /// What [`Executor::recover`] did.
@@ -194,10 +250,31 @@ impl Executor {
         }
     }
 
+    /// Keeps the result of `attempt`, reported by its tool, that the ledger
+    /// could not write (see `Attempts::unrecorded`).
+    pub(crate) fn keep_unrecorded(
+        &self,
+        attempt: &AttemptId,
+        result_json: &str,
+        external_id: Option<&str>,
+    ) {
+        if let Ok(mut a) = self.inner.attempts.lock() {
+            a.unrecorded.insert(
+                attempt.execution_id.clone(),
+                (
+                    attempt.attempt,
+                    result_json.to_owned(),
+                    external_id.map(str::to_owned),
+                ),
+            );
+        }
+    }
+
     /// Registers the attempt of `ticket` as driven by this executor.
     pub(crate) fn running(&self, ticket: &Ticket) -> Running {
         if let Ok(mut a) = self.inner.attempts.lock() {
             a.orphans.remove(&ticket.execution_id);
+            a.unrecorded.remove(&ticket.execution_id);
             a.running
                 .insert(ticket.execution_id.clone(), ticket.attempt);
         }
@@ -213,14 +290,47 @@ impl Executor {
     /// stopped driving (its caller went away mid-call): nobody in this
     /// process will finish it, so its outcome becomes unknown and it is
     /// reconciled now. `None` when someone is running it.
-    pub(crate) fn take_over_orphan(&self, id: &ExecutionId) -> Result<Option<Ticket>> {
-        let orphan = match self.inner.attempts.lock() {
-            Ok(a) if !a.running.contains_key(id) => a.orphans.get(id).copied(),
-            _ => None,
+    pub(crate) fn take_over_orphan(&self, id: &ExecutionId) -> Result<Option<Takeover>> {
+        let (orphan, unrecorded) = match self.inner.attempts.lock() {
+            Ok(a) if !a.running.contains_key(id) => {
+                (a.orphans.get(id).copied(), a.unrecorded.get(id).cloned())
+            }
+            _ => (None, None),
         };
         let Some(attempt) = orphan else {
             return Ok(None);
         };
+        if let Some((_, result_json, external_id)) = unrecorded.filter(|(at, _, _)| *at == attempt)
+        {
+            // The tool's result, which the ledger could not write when it
+            // came: written now (fenced: refused if the attempt is no longer
+            // current, and then kept as evidence).
+            let attempt_id = AttemptId::new(id.clone(), attempt);
+            let committed = self.inner.ledger.commit_valid(
+                &attempt_id,
+                &result_json,
+                external_id.as_deref(),
+                None,
+            );
+            match committed {
+                Ok(stored) => {
+                    if let Ok(mut a) = self.inner.attempts.lock() {
+                        a.orphans.remove(id);
+                        a.unrecorded.remove(id);
+                    }
+                    return Ok(Some(Takeover::Committed(stored)));
+                }
+                // Still not writable: still this executor's orphan.
+                Err(crate::ledger::Error::Store(e)) => {
+                    return Err(crate::ledger::Error::Store(e).into())
+                }
+                Err(_) => {
+                    if let Ok(mut a) = self.inner.attempts.lock() {
+                        a.unrecorded.remove(id);
+                    }
+                }
+            }
+        }
         let Some(rec) = self.inner.ledger.get(id)? else {
             return Ok(None);
         };
@@ -242,7 +352,7 @@ impl Executor {
                 self.inner.metrics.outcome_unknown(&rec.tool_name);
                 let mut ticket = Ticket::from_record(&rec);
                 ticket.unknown_since = Some(since);
-                Ok(Some(ticket))
+                Ok(Some(Takeover::Reconcile(ticket)))
             }
             // Another ask took it over between the read above and this
             // write (the mark is fenced by the row's status and attempt):

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::tool::{
     BatchMode, LookupOutcome, PerformOutcome, ToolDescriptor, ToolError, ToolHandler, ToolRequest,
 };
-use super::{backoff, batch, CallOutcome, Executor, Result};
+use super::{backoff, batch, CallOutcome, Executor, Result, Takeover};
 use crate::crashpoint::{self, CrashPoint};
 use crate::ledger::{self, AttemptId, Begin, Resolution, Resolved, StoredResult, Ticket};
 use crate::model::canonical::write_json_string;
@@ -133,7 +133,11 @@ impl Executor {
                 execution_id,
                 retry_after,
             } => match self.take_over_orphan(&execution_id)? {
-                Some(ticket) => Step::Reconcile(ticket),
+                Some(Takeover::Reconcile(ticket)) => Step::Reconcile(ticket),
+                Some(Takeover::Committed(stored)) => {
+                    metrics.replay();
+                    Step::Done(completed(stored, true))
+                }
                 None => {
                     metrics.in_flight();
                     Step::Done(CallOutcome::InFlight {
@@ -205,17 +209,23 @@ impl Executor {
                 let external_id = storable_id(external_id);
                 // The durability policy, by what the tool declares.
                 let downstream = desc.downstream();
-                ledger
-                    .commit_valid(
-                        &attempt,
-                        &result_json,
-                        external_id.as_deref(),
-                        Some(&downstream),
-                    )
-                    .map(|stored| {
-                        crashpoint::hit(CrashPoint::AfterLocalCommit);
-                        Step::Done(completed(stored, false))
-                    })
+                let committed = ledger.commit_valid(
+                    &attempt,
+                    &result_json,
+                    external_id.as_deref(),
+                    Some(&downstream),
+                );
+                if let Err(ledger::Error::Store(_)) = &committed {
+                    // Not written (suspended meanwhile, a full disk): the
+                    // effect and its result are known here. Kept with the
+                    // attempt, which becomes this executor's orphan, for the
+                    // next ask to commit instead of calling it unknown.
+                    self.keep_unrecorded(&attempt, &result_json, external_id.as_deref());
+                }
+                committed.map(|stored| {
+                    crashpoint::hit(CrashPoint::AfterLocalCommit);
+                    Step::Done(completed(stored, false))
+                })
             }
             PerformOutcome::JobStarted { job_id } => match check_foreign_id("job id", &job_id) {
                 // A job started under an id the ledger refuses (empty, too

@@ -549,7 +549,7 @@ fn an_independent_batch_tool_is_refused_before_anything_is_recorded() {
 }
 
 #[test]
-fn a_report_that_cannot_be_recorded_leaves_the_attempt_to_be_reconciled_not_in_flight() {
+fn a_report_that_cannot_be_recorded_is_committed_by_the_next_ask_not_in_flight() {
     let service = Downstream::start(Behaviour {
         idempotency: true,
         ..Default::default()
@@ -571,16 +571,23 @@ fn a_report_that_cannot_be_recorded_leaves_the_attempt_to_be_reconciled_not_in_f
     assert!(exec.report(&a, done).is_err());
     holder.execute_batch("ROLLBACK").unwrap();
     drop(holder);
-    // Nobody in this process will report attempt 1 now: the next ask
-    // reconciles it (a same-key resend), instead of answering InFlight.
+    // Nobody in this process will report attempt 1 now, but the executor
+    // kept the result it could not write: the next ask commits it (nothing
+    // resent), instead of answering InFlight.
     let step = exec.start(&op("op"), 0, pay()).unwrap();
-    let CallerStep::Perform(a2) = &step else {
+    let CallerStep::Done(out @ CallOutcome::Completed { replayed: true, .. }) = &step else {
         panic!("{step:?}")
     };
-    assert_eq!(a2.request.attempt, 2);
-    let (out, _, _) = drive(&exec, &service, step);
-    assert!(matches!(out, CallOutcome::Completed { .. }), "{out:?}");
+    assert_eq!(
+        exec.ledger()
+            .get(out.execution_id())
+            .unwrap()
+            .unwrap()
+            .status,
+        toolledger::model::ExecutionStatus::Committed
+    );
     assert_eq!(service.effects().len(), 1);
+    assert_eq!(service.posts().len(), 1, "nothing resent");
 }
 
 /// `report_attempt` names the attempt by its fencing token alone (the

@@ -366,7 +366,6 @@ async fn a_suspend_and_resume_inside_a_perform_keeps_the_call() {
 /// latest when the ledger resumes) and asking again replays it.
 /// FAILS on the current code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 async fn a_result_that_arrives_while_the_ledger_is_suspended_is_not_lost() {
     let dir = tempfile::tempdir().unwrap();
     let exec = exec_on(&dir.path().join("l.db"));
@@ -428,7 +427,6 @@ async fn a_result_that_arrives_while_the_ledger_is_suspended_is_not_lost() {
 /// keyed call resent under its key: one effect, `Completed`).
 /// FAILS on the current code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 async fn an_orphan_of_a_dropped_executor_is_not_in_flight_for_the_life_of_the_process() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Arc::new(Ledger::open(&dir.path().join("l.db"), LedgerConfig::default()).unwrap());

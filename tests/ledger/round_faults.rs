@@ -461,9 +461,9 @@ fn a_disk_full_before_or_during_the_rounds_begin_records_and_sends_nothing() {
 /// reports can be recorded (`DiskFull`, typed). A repeat while the disk is
 /// full fails the same way and sends nothing. Once there is room, the
 /// caller that still holds call 0's result reports it again and it commits;
-/// calls 1 and 2 are reconciled by the next ask: a key tool resends under
-/// the same key (deduped: the first effects' results), a neither-tool
-/// answers `Unknown` and never resends. Nothing is left `executing`.
+/// calls 1 and 2, whose results the executor kept when they could not be
+/// written, are committed by the next ask: their results, nothing resent,
+/// for either class. Nothing is left `executing`.
 fn disk_fills_between_begin_and_performs(class: Class) {
     let Some((_tmp, mount)) = small_disk() else {
         return;
@@ -503,7 +503,8 @@ fn disk_fills_between_begin_and_performs(class: Class) {
             .collect();
     assert_eq!(replayed(&outs[0]).map(effect_id).as_deref(), Some("eff_1"));
     match class {
-        Class::Key => {
+        Class::Key | Class::Neither => {
+            // The kept results, committed: the effects' own, nothing resent.
             for (n, out) in outs.iter().enumerate().skip(1) {
                 let CallOutcome::Completed { result_json, .. } = out else {
                     panic!("call {n}: {out:?}")
@@ -511,21 +512,7 @@ fn disk_fills_between_begin_and_performs(class: Class) {
                 assert_eq!(effect_id(result_json), format!("eff_{}", n + 1));
             }
             assert_eq!(statuses(exec.ledger(), 0), [ExecutionStatus::Committed; 3]);
-            assert_eq!(service.posts().len(), 5, "two same-key resends");
-        }
-        Class::Neither => {
-            for out in &outs[1..] {
-                assert!(matches!(out, CallOutcome::Unknown { .. }), "{out:?}");
-            }
-            assert_eq!(
-                statuses(exec.ledger(), 0),
-                [
-                    ExecutionStatus::Committed,
-                    ExecutionStatus::OutcomeUnknown,
-                    ExecutionStatus::OutcomeUnknown
-                ]
-            );
-            assert_eq!(service.posts().len(), 3, "never resent blindly");
+            assert_eq!(service.posts().len(), 3, "nothing resent");
         }
         Class::Lookup => unreachable!(),
     }
@@ -539,16 +526,10 @@ fn disk_fills_between_begin_and_performs(class: Class) {
         "{repeat:?}"
     );
     for step in &repeat[1..] {
-        match class {
-            Class::Key => assert!(
-                matches!(step, CallerStep::Done(o) if replayed(o).is_some()),
-                "{step:?}"
-            ),
-            _ => assert!(
-                matches!(step, CallerStep::Done(CallOutcome::Unknown { .. })),
-                "{step:?}"
-            ),
-        }
+        assert!(
+            matches!(step, CallerStep::Done(o) if replayed(o).is_some()),
+            "{step:?}"
+        );
     }
     assert_eq!(service.posts().len(), posts);
     assert_eq!(tool.callbacks.load(Ordering::SeqCst), 0);
@@ -570,9 +551,10 @@ fn a_disk_full_between_the_begin_and_the_performs_neither_tool() {
 /// (`DiskFull`). Call 0's committed result is intact: read, and replayed
 /// alone, on the full disk; the round's repeat, which must take the other
 /// two over (a write), is refused, typed. Once there is room, the next ask settles every call:
-/// key tool: one effect per call, call 1 deduped; neither-tool: call 1
-/// `Unknown` (its effect exists), call 2 `Unknown` (its "never sent" was
-/// lost with the full disk), nothing resent.
+/// call 1's result, kept by the executor when its report could not be
+/// written, is committed (either class); call 2 is resent under its key
+/// (key tool) or `Unknown` (neither-tool: its "never sent" was lost with
+/// the full disk), nothing resent.
 fn disk_fills_between_commits(class: Class) {
     let Some((_tmp, mount)) = small_disk() else {
         return;
@@ -624,20 +606,25 @@ fn disk_fills_between_commits(class: Class) {
     match class {
         Class::Key => {
             let r1 = outs[1].result_json().unwrap();
-            assert_eq!(effect_id(r1), "eff_2", "call 1 deduped to its effect");
+            assert_eq!(effect_id(r1), "eff_2", "call 1's kept result");
             assert!(matches!(outs[2], CallOutcome::Completed { .. }));
             assert_eq!(statuses(exec.ledger(), 0), [ExecutionStatus::Committed; 3]);
             assert_eq!(effects_per_call(&service, exec.ledger(), 0), [1, 1, 1]);
         }
         Class::Neither => {
-            for out in &outs[1..] {
-                assert!(matches!(out, CallOutcome::Unknown { .. }), "{out:?}");
-            }
+            // Call 1's result was kept when its report could not be written:
+            // committed now. Call 2 (abandoned, never sent) is unknown.
+            assert_eq!(replayed(&outs[1]).map(effect_id).as_deref(), Some("eff_2"));
+            assert!(
+                matches!(outs[2], CallOutcome::Unknown { .. }),
+                "{:?}",
+                outs[2]
+            );
             assert_eq!(
                 statuses(exec.ledger(), 0),
                 [
                     ExecutionStatus::Committed,
-                    ExecutionStatus::OutcomeUnknown,
+                    ExecutionStatus::Committed,
                     ExecutionStatus::OutcomeUnknown
                 ]
             );
@@ -781,9 +768,10 @@ impl ToolHandler for FillingTool {
 /// `execute_round` (the executor runs the tools, one at a time) on a disk
 /// that fills right after call 1's effect: call 0 is committed, calls 1 and
 /// 2 cannot commit, and the round answers `DiskFull`. Nothing is left
-/// `executing` once the round is asked again with room: a key tool resends
-/// under the same key (one effect per call), a neither-tool answers
-/// `Unknown` for both and never resends. A repeat replays.
+/// `executing` once the round is asked again with room: a result the tool
+/// reported and the ledger could not write is committed, a key tool resends
+/// an unsent call under the same key (one effect per call), a neither-tool
+/// answers `Unknown` for an unsent one and never resends. A repeat replays.
 fn execute_round_on_a_filling_disk(class: Class) {
     let Some((_tmp, mount)) = small_disk() else {
         return;
@@ -849,9 +837,16 @@ fn execute_round_on_a_filling_disk(class: Class) {
             assert_eq!(effects_per_call(&service, exec.ledger(), 0), [1, 1, 1]);
         }
         Class::Neither => {
+            // A call that was sent kept its result when it could not be
+            // written: committed now. One never sent is unknown.
+            let effects = effects_per_call(&service, exec.ledger(), 0);
             for (n, out) in outs.iter().enumerate() {
                 if n != committed_index {
-                    assert!(matches!(out, CallOutcome::Unknown { .. }), "{out:?}");
+                    if effects[n] == 1 {
+                        assert!(replayed(out).is_some(), "call {n}: {out:?}");
+                    } else {
+                        assert!(matches!(out, CallOutcome::Unknown { .. }), "{out:?}");
+                    }
                 }
             }
             let st = statuses(exec.ledger(), 0);

@@ -418,8 +418,9 @@ val callerToolTests = listOf(
     test("CallerTool: the ledger suspended while the tool runs: the report is refused, and after resume one effect") {
         // The app goes to the background mid-call (`suspend()` while the
         // tool waits for its answer). The report cannot be recorded: the
-        // caller gets Suspended. After `resume()` the next ask reconciles the
-        // attempt (a key tool: resent under the same key, deduped): one effect.
+        // caller gets Suspended. The executor keeps the result it could not
+        // write; after `resume()` the next ask commits it: one effect, the
+        // tool's own result.
         val downstream = downstream()
         val ledger = closeAfter(SuspendLedger.open(ledgerPath))
         val gate = CompletableDeferred<Unit>()
