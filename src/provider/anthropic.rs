@@ -21,8 +21,8 @@
 
 use super::error::ProviderError;
 use super::fields::{
-    arguments_from_value, as_object, clip, index_path, key_path, non_empty_str, optional_str,
-    required, required_str, Output, RawCall,
+    arguments_from_value, as_object, clip, index_path, key_path, non_empty_str, optional,
+    optional_str, required, required_str, Output, RawCall,
 };
 use super::json::Json;
 use crate::model::{Provider, ToolCall};
@@ -51,7 +51,27 @@ const REFUSAL: &str = "refusal";
 /// Finds the `tool_use` blocks of a Messages response.
 pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
     let obj = as_object(ANTHROPIC, root, "")?;
-    let blocks = match required(ANTHROPIC, obj, "", "content")? {
+    // Another provider's message would read as "no blocks", its calls
+    // dropped: a Chat message's `tool_calls`, a `type` other than
+    // `message`.
+    if optional(obj, "tool_calls").is_some() {
+        return Err(ProviderError::UnknownBlockType {
+            provider: ANTHROPIC,
+            field: "tool_calls".to_owned(),
+            block_type: "tool_calls".to_owned(),
+        });
+    }
+    let content = required(ANTHROPIC, obj, "", "content")?;
+    if let Some(kind) = optional_str(ANTHROPIC, obj, "", "type")? {
+        if kind != "message" {
+            return Err(ProviderError::UnknownBlockType {
+                provider: ANTHROPIC,
+                field: "type".to_owned(),
+                block_type: clip(kind),
+            });
+        }
+    }
+    let blocks = match content {
         Json::Array(blocks) => blocks,
         // A plain string content (allowed in request messages) holds no calls.
         Json::String(_) => return Ok(Vec::new()),

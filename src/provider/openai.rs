@@ -28,6 +28,48 @@ const CHAT: Provider = Provider::OpenAiChat;
 /// Finish reasons after which the last call may be cut off.
 const TRUNCATING_FINISH_REASONS: &[&str] = &["length", "content_filter"];
 
+/// Refuses a message of another provider's format handed to the Chat
+/// parser, which would otherwise read as "no calls" (its calls dropped): a
+/// Chat message has no `type` (Anthropic's `"message"`, a Responses item's
+/// `"function_call"`) and no `parts` (a Gemini content), its `role` (when
+/// given) is `assistant`, and a `content` array holds no `tool_use` block.
+fn refuse_foreign_message(
+    message: &super::fields::Object,
+    prefix: &str,
+) -> Result<(), ProviderError> {
+    let foreign = |field: &str, kind: &str| ProviderError::UnknownBlockType {
+        provider: CHAT,
+        field: key_path(prefix, field),
+        block_type: clip(kind),
+    };
+    if let Some(kind) = optional(message, "type") {
+        let kind = match kind {
+            Json::String(kind) => kind.as_str(),
+            _ => "(not a string)",
+        };
+        return Err(foreign("type", kind));
+    }
+    if optional(message, "parts").is_some() {
+        return Err(foreign("parts", "parts"));
+    }
+    match optional_str(CHAT, message, prefix, "role")? {
+        None | Some("assistant") => {}
+        Some(role) => return Err(foreign("role", role)),
+    }
+    if let Some(Json::Array(blocks)) = optional(message, "content") {
+        for (index, block) in blocks.iter().enumerate() {
+            if let Json::Object(block) = block {
+                if let Some(Json::String(kind)) = optional(block, "type") {
+                    if kind == "tool_use" || kind == "function_call" {
+                        return Err(foreign(&index_path("content", index), kind));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Finds the tool calls of a Chat Completions response (or bare message).
 pub(super) fn locate_chat(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
     let obj = as_object(CHAT, root, "")?;
@@ -45,6 +87,7 @@ pub(super) fn locate_chat(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError
             field: "choices".to_owned(),
         });
     };
+    refuse_foreign_message(message, &prefix)?;
     let Some(items) = optional_array(CHAT, message, &prefix, "tool_calls")? else {
         return Ok(Vec::new());
     };

@@ -74,7 +74,6 @@ fn quoted(text: &str) -> String {
 /// never gets its answers. Everywhere else the module refuses what it
 /// cannot classify.
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn a_foreign_document_with_calls_is_refused_not_read_as_no_calls() {
     let anthropic_message = r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"pay","input":{"cents":100}}],"stop_reason":"tool_use"}"#;
     let chat_message = r#"{"role":"assistant","content":"Paying now.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"pay","arguments":"{\"cents\":100}"}}]}"#;
