@@ -271,7 +271,6 @@ fn a_gemini_wildcard_path_is_refused_not_read_as_a_member_named_star() {
 /// `finish_reason: length`, a Responses item `incomplete`): the app cannot
 /// tell "raise max_tokens" from "the model sent garbage".
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn an_anthropic_stream_cut_at_the_token_limit_inside_a_call_is_an_incomplete_call() {
     let anthropic = [
         r#"{"type":"message_start","message":{"id":"msg_1","role":"assistant","content":[]}}"#,
@@ -310,7 +309,6 @@ fn an_anthropic_stream_cut_at_the_token_limit_inside_a_call_is_an_incomplete_cal
 /// the same message parsed whole is refused (`IncompleteCall`). Streamed
 /// and whole responses are promised the same refusals.
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn an_anthropic_stop_reason_in_message_start_is_not_ignored() {
     let message = r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"tool_use","id":"toolu_0","name":"pay","input":{"cents":10}}],"stop_reason":"max_tokens"}"#;
     let expected = Err(ProviderError::IncompleteCall {

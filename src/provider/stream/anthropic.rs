@@ -38,6 +38,10 @@ struct Block {
     /// The concatenated `partial_json` pieces.
     input_text: String,
     stopped: bool,
+    /// The input text did not parse at the block's stop: refused at the
+    /// end, as `IncompleteCall` when the stop reason says the output was
+    /// cut (`max_tokens`), as `ArgumentsNotJson` otherwise.
+    input_error: Option<ProviderError>,
 }
 
 impl Block {
@@ -95,6 +99,7 @@ impl AnthropicStream {
                         block,
                         input_text: String::new(),
                         stopped: false,
+                        input_error: None,
                     },
                 );
                 Ok(())
@@ -147,6 +152,18 @@ impl AnthropicStream {
         let provider = at.provider;
         let message_path = key_path(prefix, "message");
         let message = required_object(provider, event, prefix, "message")?;
+        // A stop reason already in the message (normally null) counts as
+        // one from a `message_delta`: a `max_tokens` here still refuses a
+        // cut-off call, as the whole message would.
+        if let Some(reason) = optional_str(provider, message, &message_path, "stop_reason")? {
+            if self.stop_reason.is_some() {
+                return Err(at.mismatch(
+                    &key_path(&message_path, "stop_reason"),
+                    "a second stop_reason",
+                ));
+            }
+            self.stop_reason = Some(reason.to_owned());
+        }
         let Some(content) = optional_array(provider, message, &message_path, "content")? else {
             return Ok(());
         };
@@ -162,6 +179,7 @@ impl AnthropicStream {
                     block: block.clone(),
                     input_text: String::new(),
                     stopped: true,
+                    input_error: None,
                 },
             );
         }
@@ -206,14 +224,17 @@ impl AnthropicStream {
         };
         block.stopped = true;
         if block.is_call() && !block.input_text.is_empty() {
-            let input = super::super::strict::parse(&block.input_text).map_err(|err| {
-                ProviderError::ArgumentsNotJson {
-                    provider,
-                    field: key_path(&index_path("content", index), "input"),
-                    reason: json_reason(&err),
+            match super::super::strict::parse(&block.input_text) {
+                Ok(input) => block.block.set("input", input),
+                // Judged at the end, once the stop reason is known.
+                Err(err) => {
+                    block.input_error = Some(ProviderError::ArgumentsNotJson {
+                        provider,
+                        field: key_path(&index_path("content", index), "input"),
+                        reason: json_reason(&err),
+                    });
                 }
-            })?;
-            block.block.set("input", input);
+            }
         }
         Ok(())
     }
@@ -231,11 +252,27 @@ impl AnthropicStream {
             End::Stopped => {}
         }
         let mut content = Vec::with_capacity(self.blocks.len());
+        let cut = matches!(
+            self.stop_reason.as_deref(),
+            Some("max_tokens" | "model_context_window_exceeded")
+        );
         for (position, block) in self.blocks.into_values().enumerate() {
             if block.is_call() && !block.stopped {
                 return Err(ProviderError::IncompleteCall {
                     provider,
                     field: index_path("content", position),
+                });
+            }
+            if let Some(err) = block.input_error {
+                // Cut at the token limit inside the call: an incomplete
+                // call (raise the limit), not a model that wrote bad JSON.
+                return Err(if cut {
+                    ProviderError::IncompleteCall {
+                        provider,
+                        field: index_path("content", position),
+                    }
+                } else {
+                    err
                 });
             }
             content.push(Json::from(block.block));
