@@ -202,7 +202,6 @@ fn a_gemini_turn_cut_off_blocked_or_malformed_runs_no_call() {
 /// record, with an error that says the valid JSON is invalid. The value 0
 /// must digest as 0 does (as `-0`, `0.0` and `0e5` do).
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn every_number_the_parser_accepts_is_digested_by_its_value() {
     for (spelled, same_as) in [
         ("0e2147483648", Some("0")),

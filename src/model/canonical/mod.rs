@@ -880,10 +880,16 @@ mod tests {
         ] {
             assert_eq!(canon(text).unwrap(), text);
         }
-        // Exponents beyond i32 are refused, not truncated; overflow is still
-        // refused as before.
+        // Exponents beyond 32 bits are kept exactly (the value reads as a
+        // finite 0.0), zero is zero whatever its exponent; exponents beyond
+        // 62 bits are refused, not truncated; overflow is still refused as
+        // before.
+        assert_eq!(canon("1e-99999999999").unwrap(), "1e-99999999999");
+        assert_eq!(canon("1e-2147483649").unwrap(), "1e-2147483649");
+        assert_eq!(canon("0e2147483648").unwrap(), "0");
+        assert_eq!(canon("-0.0e-99999999999999999999999").unwrap(), "0");
         assert_eq!(
-            canon("1e-99999999999"),
+            canon("1e-99999999999999999999"),
             Err(invalid(0, "number exponent out of range"))
         );
         assert_eq!(

@@ -46,16 +46,26 @@ pub(super) fn write_exact(out: &mut String, text: &str) -> bool {
         None => (false, text),
     };
     let (mantissa, exp) = match rest.split_once(['e', 'E']) {
-        Some((m, e)) => match e.strip_prefix('+').unwrap_or(e).parse::<i32>() {
-            Ok(exp) => (m, i64::from(exp)),
-            Err(_) => return false,
-        },
-        None => (rest, 0),
+        Some((m, e)) => (m, Some(e.strip_prefix('+').unwrap_or(e))),
+        None => (rest, None),
     };
     let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.bytes().chain(frac.bytes()).all(|d| d == b'0') {
+        // Zero, whatever its exponent (`0e2147483648` is 0).
+        out.push('0');
+        return true;
+    }
+    // Any exponent that fits 64 bits is kept exactly (the parser reads
+    // `1e-2147483649` as 0.0, a finite number, so it must digest);
+    // beyond that the number is refused.
+    let exp = match exp.map(str::parse::<i64>) {
+        None => 0,
+        Some(Ok(exp)) if exp.unsigned_abs() < (1 << 62) => exp,
+        Some(_) => return false,
+    };
     // value = 0.(int frac) × 10^(len(int) + exp); leading zeros move the point.
     let all = int.bytes().chain(frac.bytes());
-    let mut n = i64::try_from(int.len()).unwrap_or(i64::MAX) + exp;
+    let mut n = i64::try_from(int.len()).unwrap_or(i64::MAX / 4) + exp;
     let mut digits: Vec<u8> = Vec::with_capacity(int.len() + frac.len());
     for d in all {
         if digits.is_empty() && d == b'0' {
