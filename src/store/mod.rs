@@ -530,6 +530,25 @@ fn refuse_hard_links(_path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Follows `path` while it is a symlink (to a target that does not exist
+/// yet), at most 40 times (the kernel's own limit); a longer chain is a loop.
+fn follow_dangling(mut path: PathBuf) -> Result<PathBuf> {
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::read_link(&path).map_err(|_| Error::CannotOpen)?;
+                path = if target.is_absolute() {
+                    target
+                } else {
+                    path.parent().ok_or(Error::CannotOpen)?.join(target)
+                };
+            }
+            _ => return Ok(path),
+        }
+    }
+    Err(Error::CannotOpen)
+}
+
 /// Resolves a database path once: absolute, symlinks resolved (of the file
 /// when it exists, else of its directory), so every later use — the
 /// sessions directory, a reconnect after `chdir` — names the same file.
@@ -547,7 +566,11 @@ pub fn resolve_path(path: &Path) -> Result<PathBuf> {
     match std::fs::canonicalize(&abs) {
         Ok(resolved) => Ok(resolved),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
+            // A file that does not exist yet: SQLite creates it where the
+            // path leads, through a dangling symlink too (its target), so
+            // the ledger must name that file (and its `-wal`), not the link.
+            let at = follow_dangling(abs)?;
+            let (Some(parent), Some(name)) = (at.parent(), at.file_name()) else {
                 return Err(Error::CannotOpen);
             };
             let parent = std::fs::canonicalize(parent).map_err(|_| Error::CannotOpen)?;

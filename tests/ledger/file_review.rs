@@ -450,7 +450,6 @@ fn a_wal_deleted_under_a_ledger_opened_by_its_name_loses_no_acknowledged_commit(
 }
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_ledger_created_through_a_dangling_symlink_loses_an_acknowledged_commit() {
     let dir = tempfile::tempdir().unwrap();
     let real = dir.path().join("real.db");
@@ -472,7 +471,6 @@ fn defect_a_ledger_created_through_a_dangling_symlink_loses_an_acknowledged_comm
 }
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_dangling_symlink_is_not_resolved_to_the_file_sqlite_writes() {
     let dir = tempfile::tempdir().unwrap();
     let real = dir.path().join("real.db");
