@@ -174,7 +174,7 @@ impl Sessions {
 
     /// Is the lock at `path` held? Never deletes anything.
     pub(crate) fn probe(path: &Path) -> Probe {
-        let file = match OpenOptions::new().write(true).open(path) {
+        let file = match open_lock_file(path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Probe::Absent,
             Err(_) => return Probe::Failed,
@@ -195,7 +195,7 @@ impl Sessions {
     /// deleted) or notices the deletion when it locks (see `acquire`).
     /// Returns true when no file is left.
     pub(crate) fn clean(path: &Path) -> bool {
-        let file = match OpenOptions::new().write(true).open(path) {
+        let file = match open_lock_file(path) {
             Ok(file) => file,
             Err(e) => return e.kind() == io::ErrorKind::NotFound,
         };
@@ -256,6 +256,27 @@ fn same_file(file: &File, path: &Path) -> bool {
 #[cfg(not(unix))]
 fn same_file(_file: &File, path: &Path) -> bool {
     path.exists()
+}
+
+/// Opens another session's lock file to probe or clean it: never blocks
+/// (`O_NONBLOCK`: a FIFO put there would hang the open, inside a write
+/// transaction), never follows a symlink, and refuses anything that is not
+/// a regular file (an error, which a probe counts as alive and a clean
+/// leaves in place).
+fn open_lock_file(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.write(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+    }
+    let file = options.open(path)?;
+    if file.metadata()?.is_file() {
+        Ok(file)
+    } else {
+        Err(io::Error::other("not a regular file"))
+    }
 }
 
 /// Opens (creating) a lock file readable by the owner only.

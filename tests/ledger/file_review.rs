@@ -1250,7 +1250,6 @@ fn a_mark_queued_for_a_call_another_session_pruned_costs_nothing() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_fifo_in_the_sessions_directory_hangs_every_open() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.db");
