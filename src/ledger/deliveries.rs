@@ -302,7 +302,29 @@ impl Ledger {
     pub(super) fn read<T: Settle>(&self, f: impl FnOnce(&Dao<'_>) -> Result<T>) -> Result<T> {
         let marks = self.deliveries_lock().queued.clone();
         let pending = Pending { marks: &marks };
-        self.store.0.read(|dao| f(dao)?.settle(&pending, dao))
+        self.store
+            .0
+            .read(|dao| f(dao)?.settle(&pending, dao))
+            .map_err(|e| self.explain_sealed(e))
+    }
+
+    /// A plain session reading or writing a file that another session
+    /// encrypted since it opened meets sealed values (`Undecryptable`) or the
+    /// encrypted file's refusal of a clear value (`Guard`): the truth is that
+    /// a key is needed now ([`crate::store::Error::KeyRequired`]), not that
+    /// the values were tampered with.
+    fn explain_sealed(&self, e: super::Error) -> super::Error {
+        use crate::store::Error as S;
+        let sealed = match &e {
+            super::Error::Store(S::Undecryptable) => true,
+            super::Error::Store(S::Guard(message)) => message.contains("came in the clear"),
+            _ => false,
+        };
+        if sealed && !self.store.0.is_encrypted() && self.store.0.encrypted_on_disk() {
+            super::Error::Store(S::KeyRequired)
+        } else {
+            e
+        }
     }
 
     /// [`Ledger::read`] only if it can run at once (`Store::read_now`):
@@ -322,6 +344,7 @@ impl Ledger {
         self.store
             .0
             .read_now(|dao| Ok(f(dao)?.and_then(|t| t.settle(&pending, dao))))
+            .map_err(|e| self.explain_sealed(e))
     }
 
     /// Every write of the ledger goes through here: it first applies the
@@ -347,7 +370,7 @@ impl Ledger {
         if out.is_ok() && durability == Durability::Deferred {
             self.flusher.arm(&self.store.0);
         }
-        out
+        out.map_err(|e| self.explain_sealed(e))
     }
 
     /// A write that happens only if the write lock is free at once
@@ -379,7 +402,7 @@ impl Ledger {
         if wrote && matches!(out, Ok(Some(_))) && durability == Durability::Deferred {
             self.flusher.arm(&self.store.0);
         }
-        out
+        out.map_err(|e| self.explain_sealed(e))
     }
 
     /// Writes checked delivery marks inside the caller's transaction.

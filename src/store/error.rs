@@ -179,6 +179,13 @@ impl From<rusqlite::Error> for Error {
             if inner.is::<SealBroken>() {
                 return Error::Undecryptable;
             }
+            // A stored value this code could not have written (a status no
+            // build knows, bytes where text belongs): a damaged file (a
+            // truncated page read as zeros), not a SQLite failure.
+            return Error::Corrupt;
+        }
+        if let rusqlite::Error::InvalidColumnType(..) = &err {
+            return Error::Corrupt;
         }
         if let rusqlite::Error::SqliteFailure(ffi, msg) = &err {
             return match ffi.code {

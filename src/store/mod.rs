@@ -725,6 +725,19 @@ impl Store {
         })
     }
 
+    /// True when the file is encrypted now, whatever this store opened it
+    /// as: a plain session whose file another session encrypted since reads
+    /// sealed values it cannot open (`KeyRequired` is the truth then, not
+    /// tampering).
+    pub fn encrypted_on_disk(&self) -> bool {
+        let Ok(guard) = self.lock() else {
+            return false;
+        };
+        guard.as_ref().is_some_and(|open| {
+            reseal::meta_value(&open.conn, "wrapped_keys").is_ok_and(|v| v.is_some())
+        })
+    }
+
     /// True when the ledger is encrypted (values sealed, digests keyed).
     pub fn is_encrypted(&self) -> bool {
         self.keys.read().map(|k| k.is_some()).unwrap_or(false)

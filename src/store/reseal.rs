@@ -52,7 +52,7 @@ BEGIN
 END;
 ";
 
-fn meta_value(conn: &Connection, key: &str) -> Result<Option<String>> {
+pub(super) fn meta_value(conn: &Connection, key: &str) -> Result<Option<String>> {
     let exists: bool = conn.query_row(
         "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'meta')",
         [],

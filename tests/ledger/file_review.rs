@@ -680,7 +680,6 @@ fn defect_a_live_owner_whose_lock_file_was_deleted_is_judged_dead() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_plain_session_on_a_ledger_encrypted_after_it_opened_reports_tampering() {
     use toolledger::ledger::LedgerKey;
     let dir = tempfile::tempdir().unwrap();
@@ -1059,7 +1058,6 @@ fn defect_the_database_file_replaced_under_a_live_ledger_is_not_noticed() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_truncated_file_reports_a_damaged_record_as_an_untyped_error() {
     let src = tempfile::tempdir().unwrap();
     let db = src.path().join("l.db");
