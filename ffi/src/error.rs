@@ -201,7 +201,7 @@ impl From<StorageError> for LedgerError {
             }
             S::ReadOnly => StorageKind::ReadOnly,
             S::CannotOpen | S::MultipleLinks { .. } => StorageKind::CannotOpen,
-            S::DatabaseReplaced => StorageKind::DatabaseReplaced,
+            S::DatabaseReplaced | S::ForeignWal => StorageKind::DatabaseReplaced,
             S::ForeignConnection => StorageKind::ForeignConnection,
             S::WrongKey => StorageKind::WrongKey,
             S::KeyRequired => StorageKind::KeyRequired,

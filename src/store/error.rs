@@ -88,6 +88,12 @@ pub enum Error {
     /// was replaced while the ledger was suspended). Nothing was written.
     #[error("the file at the ledger's path is no longer the database this ledger opened")]
     DatabaseReplaced,
+    /// At open, the `-wal` beside the database belongs to another ledger
+    /// (copied or restored in the wrong place): applied, it would replace
+    /// this ledger's records with the other's. Nothing was written; move
+    /// the `-wal` away (or put the right one back) to open the file.
+    #[error("the -wal beside the database belongs to another ledger (nothing was written)")]
+    ForeignWal,
     /// The WAL this connection wrote to was deleted under it while it
     /// committed: another SQLite library in this process opened and closed
     /// the ledger file. The last write may be lost; the connection was

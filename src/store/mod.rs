@@ -613,6 +613,7 @@ impl Store {
         // Removed again if the open fails.
         let opener = forks::Opener::here();
         let file = forks::OpenFile::note(&resolved, opener);
+        refuse_foreign_wal(&resolved)?;
         let location = Location::File(resolved.clone());
         let conn = connect_retrying_busy(&location, &options)
             .map_err(|e| refine_cannot_open(e, &resolved))?;
@@ -1440,6 +1441,42 @@ fn connect_read_only(path: &Path, immutable: bool, options: &StoreOptions) -> Re
     }
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
+}
+
+/// Refuses a `-wal` that belongs to another ledger before anything opens the
+/// file for writing: SQLite applies any WAL whose frames fit the page size,
+/// and the first writer's checkpoint would copy the other ledger's pages
+/// into this file. The ledger id read from the database file alone
+/// (`immutable=1`: the WAL ignored) must be the one read through the WAL
+/// (a read-only connection, which never checkpoints). A file without a
+/// ledger id yet (created and killed before its first checkpoint), or one
+/// either read cannot open, is left to the open's own checks.
+fn refuse_foreign_wal(db: &Path) -> Result<()> {
+    if !wal_path(db).exists() || !db.exists() {
+        return Ok(());
+    }
+    let read_id = |immutable: bool| -> Option<String> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = if immutable {
+            Connection::open_with_flags(immutable_uri(db)?, flags | OpenFlags::SQLITE_OPEN_URI)
+        } else {
+            Connection::open_with_flags(db, flags)
+        }
+        .ok()?;
+        conn.busy_timeout(std::time::Duration::from_millis(200))
+            .ok()?;
+        conn.query_row("SELECT value FROM meta WHERE key = 'ledger_id'", [], |r| {
+            r.get::<_, String>(0)
+        })
+        .ok()
+    };
+    let Some(alone) = read_id(true) else {
+        return Ok(());
+    };
+    match read_id(false) {
+        Some(through) if through != alone => Err(Error::ForeignWal),
+        _ => Ok(()),
+    }
 }
 
 /// `file:<path>?immutable=1`, every byte outside the URI's unreserved set

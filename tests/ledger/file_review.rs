@@ -499,7 +499,6 @@ fn defect_a_dangling_symlink_is_not_resolved_to_the_file_sqlite_writes() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_wal_of_another_ledger_replaces_this_ledgers_records_silently() {
     let dir = tempfile::tempdir().unwrap();
     let b = dir.path().join("b.db");
