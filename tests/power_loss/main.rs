@@ -38,7 +38,9 @@ mod failed_sync_autocheckpoint;
 mod failed_sync_suspend;
 mod idle_checkpoint;
 mod key_lifetime;
+mod key_retry;
 mod lifecycle_race;
+mod loss_models;
 mod world;
 
 use std::sync::Arc;
