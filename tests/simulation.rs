@@ -26,7 +26,10 @@
 //!   a committed item of a batch), with the downstream's result;
 //! - no tool started after its operation's cancellation returned;
 //! - every execution ends in a status that says what happened (committed ⇔
-//!   effect; failed, cancelled, rejected ⇔ none).
+//!   effect; failed, cancelled, rejected ⇔ none);
+//! - an owner is judged dead only after it was killed or suspended (read
+//!   from each execution's transition log), and a running attempt commits
+//!   only through the session that owns it.
 //!
 //! `TOOLLEDGER_SIM_SCHEDULES=<n>` runs n schedules (CI default 2000);
 //! `TOOLLEDGER_SIM_SEED=<seed>` replays one. A failing schedule prints its
@@ -162,6 +165,9 @@ struct World {
     /// Invariant violations seen while running.
     violations: Vec<String>,
     sends: u64,
+    /// Sessions that may rightly be judged dead: killed (a kill, a reboot)
+    /// or suspended at some point (their lease may lapse).
+    deadable: std::collections::BTreeSet<String>,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -604,6 +610,7 @@ async fn schedule(seed: u64, path: &Path) -> Result<Summary, String> {
                     let _ = session.ledger.resume();
                 } else {
                     session.suspended = true;
+                    deadable(&world, session);
                     let _ = session.ledger.suspend();
                 }
             }
@@ -617,6 +624,7 @@ async fn schedule(seed: u64, path: &Path) -> Result<Summary, String> {
             }
             72..=76 => {
                 // The process is killed; the app starts again.
+                deadable(&world, &sessions[s]);
                 kill(&mut sessions[s]);
                 sessions[s] = open_session(path, &machine, &world);
             }
@@ -686,6 +694,7 @@ async fn schedule(seed: u64, path: &Path) -> Result<Summary, String> {
                 // The machine reboots: every process dies.
                 reboots += 1;
                 for session in sessions.iter_mut() {
+                    deadable(&world, session);
                     kill(session);
                 }
                 machine.reboot(reboots);
@@ -722,6 +731,10 @@ async fn schedule(seed: u64, path: &Path) -> Result<Summary, String> {
     }
     // Settle: the app, on a fresh launch, recovers, asks the truth for what
     // stays unknown and asks again for every call, until nothing is open.
+    // (The sessions that may rightly have been judged dead so far: the ones
+    // killed here are, from here on, but only the settling session judges
+    // after this point.)
+    let deadable_before_settle = world.lock().unwrap().deadable.clone();
     for session in sessions.iter_mut() {
         kill(session);
     }
@@ -755,7 +768,89 @@ async fn schedule(seed: u64, path: &Path) -> Result<Summary, String> {
             return Err("calls still open after 30 settle rounds".into());
         }
     }
-    check(&last.ledger, &world)
+    let judged = live_owners_judged_dead(
+        path,
+        &deadable_before_settle,
+        last.ledger.session_id().as_str(),
+    )?;
+    let summary = check(&last.ledger, &world);
+    match (summary, judged.is_empty()) {
+        (Ok(summary), true) => Ok(summary),
+        (Ok(_), false) => Err(judged.join("; ")),
+        (Err(e), true) => Err(e),
+        (Err(e), false) => Err(format!("{e}; {}", judged.join("; "))),
+    }
+}
+
+/// A session that may rightly be judged dead from now on.
+fn deadable(world: &Shared, session: &Session) {
+    world
+        .lock()
+        .unwrap()
+        .deadable
+        .insert(session.ledger.session_id().as_str().to_owned());
+}
+
+/// Ownership: an attempt's owner is judged dead (its outcome marked unknown
+/// for a reason of the owner's death) only if that owner was killed or
+/// suspended before (`deadable`), or by the settling session after every
+/// other was killed; and a running attempt commits only through the session
+/// that owns it. Read from each execution's transition log (the
+/// `history` column: `at|transition|from|to|attempt|session[|reason]`): the
+/// owner of attempt k is the session of the line that started it.
+fn live_owners_judged_dead(
+    path: &Path,
+    deadable: &std::collections::BTreeSet<String>,
+    settling: &str,
+) -> Result<Vec<String>, String> {
+    const DEATHS: [&str; 3] = [
+        "owner session died while executing",
+        "owner session suspended past its lease",
+        "owner session ended with a reboot",
+    ];
+    let conn = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
+    let mut stmt = conn
+        .prepare("SELECT execution_id, CAST(history AS TEXT) FROM executions")
+        .map_err(|e| e.to_string())?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .map_err(|e| e.to_string())?;
+    let mut wrong = Vec::new();
+    for row in rows {
+        let (id, history) = row.map_err(|e| e.to_string())?;
+        let mut owners: BTreeMap<String, String> = BTreeMap::new();
+        for line in history.lines() {
+            let fields: Vec<&str> = line.splitn(7, '|').collect();
+            let [_, transition, _, to, attempt, session, rest @ ..] = fields.as_slice() else {
+                continue;
+            };
+            if *to == "executing" {
+                owners.insert((*attempt).to_owned(), (*session).to_owned());
+            }
+            let from = fields.get(2).copied().unwrap_or("");
+            if *transition == "commit" && from == "executing" {
+                // A running attempt commits only through its owner (the
+                // fence): another session's report is kept as evidence.
+                let owner = owners.get(*attempt).map_or("?", String::as_str);
+                if owner != *session {
+                    wrong.push(format!(
+                        "{id}: attempt {attempt} of {owner} committed by {session}"
+                    ));
+                }
+            }
+            let reason = rest.first().copied().unwrap_or("");
+            let death = DEATHS.iter().any(|d| reason.starts_with(d));
+            if *transition == "mark_unknown" && death && *session != settling {
+                let owner = owners.get(*attempt).map_or("?", String::as_str);
+                if !deadable.contains(owner) {
+                    wrong.push(format!(
+                        "{id}: attempt {attempt} of live session {owner} judged dead ({reason}) by {session}"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(wrong)
 }
 
 fn check(ledger: &Ledger, world: &Shared) -> Result<Summary, String> {
