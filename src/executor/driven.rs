@@ -919,17 +919,20 @@ impl Executor {
         a.driven.remove(id)
     }
 
-    /// The tool of attempt `attempt` of `id`, if this executor handed it
-    /// out and it was not reported yet.
-    /// Is attempt `attempt` of `id` one this executor runs itself (in
-    /// `running`, not handed to a caller)?
+    /// Is attempt `attempt` of `id` one an executor of this ledger runs in
+    /// its own `perform` (not handed to a caller)? A report through any
+    /// executor would take it from under that `perform`.
     fn running_here(&self, id: &ExecutionId, attempt: u32) -> bool {
-        self.inner
-            .attempts
-            .lock()
-            .is_ok_and(|a| a.running.get(id) == Some(&attempt) && !a.driven.contains_key(id))
+        self.inner.ledger.runs_here(id, attempt)
+            && self
+                .inner
+                .attempts
+                .lock()
+                .is_ok_and(|a| !a.driven.contains_key(id))
     }
 
+    /// The tool of attempt `attempt` of `id`, if this executor handed it
+    /// out and it was not reported yet.
     fn driven_tool(&self, id: &ExecutionId, attempt: u32) -> Option<String> {
         let a = self.inner.attempts.lock().ok()?;
         a.driven

@@ -105,43 +105,51 @@ struct Inner {
 }
 
 impl Drop for Inner {
-    /// The last handle of the executor is gone while its ledger lives on
-    /// (the app's, another executor's), and its orphans with it: no other
-    /// executor of the ledger knows them (they are `executing`
-    /// under this live session, so every ask would answer `InFlight` for the
-    /// life of the process). Each is settled as this executor would have
-    /// settled it when asked again: a result its tool reported and the
-    /// ledger could not write is committed, any other orphan's outcome
-    /// becomes unknown (reconciled at the next ask). Best effort: a write
-    /// refused here (suspended, a full disk) leaves the row as it was.
+    /// The last handle of the executor is gone, and its orphans with it: no
+    /// other executor of the ledger knows them (they are `executing` under
+    /// this live session, so every ask would answer `InFlight` for the life
+    /// of the process). A result its tool reported and the ledger could not
+    /// write is committed now; while the ledger lives on (the app's, another
+    /// executor's), any other orphan's outcome becomes unknown (reconciled
+    /// at the next ask). What cannot be written now (suspended, a full disk)
+    /// is left to the ledger's next `recover()`, which `resume()` runs. When
+    /// the ledger goes with this executor, an orphan without a kept result is
+    /// left as it is: the next session sees a dead owner, as after a crash.
     fn drop(&mut self) {
-        if Arc::strong_count(&self.ledger) == 1 {
-            // The ledger goes with this executor: its session ends, and the
-            // next session counts these attempts' owner as dead (as after a
-            // crash). Only a ledger that lives on needs them settled.
-            return;
-        }
+        let lives_on = Arc::strong_count(&self.ledger) > 1;
         let attempts = match self.attempts.get_mut() {
             Ok(a) => std::mem::take(a),
             Err(poisoned) => std::mem::take(poisoned.into_inner()),
         };
+        let mut unrecorded = attempts.unrecorded;
         for (id, attempt) in attempts.orphans {
             let attempt_id = AttemptId::new(id.clone(), attempt);
-            let written = match attempts.unrecorded.get(&id) {
-                Some((at, result_json, external_id)) if *at == attempt => self
+            let kept = unrecorded
+                .remove(&id)
+                .filter(|(at, _, _)| *at == attempt)
+                .map(|(_, result, external_id)| (result, external_id));
+            let written = match &kept {
+                Some((result_json, external_id)) => self
                     .ledger
                     .commit_valid(&attempt_id, result_json, external_id.as_deref(), None)
                     .map(drop),
-                _ => Err(crate::ledger::Error::NotFound(id.clone())),
+                None if lives_on => self
+                    .ledger
+                    .mark_outcome_unknown(
+                        &attempt_id,
+                        "its caller stopped waiting while it ran, and its executor was dropped; \
+                         the outcome is unknown",
+                    )
+                    .map(drop),
+                None => continue,
             };
-            if written.is_err() {
-                // Fenced: refused (and harmless) when the attempt is no
-                // longer the current one or no longer executing.
-                let _ = self.ledger.mark_outcome_unknown(
-                    &attempt_id,
-                    "its caller stopped waiting while it ran, and its executor was dropped; \
-                     the outcome is unknown",
-                );
+            // Fenced: a refusal (no longer current, no longer executing) is
+            // harmless; only a write that could not happen is left over.
+            if let (Err(crate::ledger::Error::Store(_)), true) = (&written, lives_on) {
+                self.ledger.strand(crate::ledger::Stranded {
+                    attempt: attempt_id,
+                    kept,
+                });
             }
         }
     }
@@ -211,6 +219,7 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
+        self.inner.ledger.end_running(&self.id, self.attempt);
         if let Ok(mut a) = self.inner.attempts.lock() {
             a.running.remove(&self.id);
             if !self.finished {
@@ -272,6 +281,9 @@ impl Executor {
 
     /// Registers the attempt of `ticket` as driven by this executor.
     pub(crate) fn running(&self, ticket: &Ticket) -> Running {
+        self.inner
+            .ledger
+            .note_running(&ticket.execution_id, ticket.attempt);
         if let Ok(mut a) = self.inner.attempts.lock() {
             a.orphans.remove(&ticket.execution_id);
             a.unrecorded.remove(&ticket.execution_id);
@@ -610,6 +622,7 @@ impl Executor {
         digest: &ArgsDigest,
         preview_json: Option<&str>,
     ) -> Result<CallOutcome> {
+        check_timer()?;
         match self.inner.ledger.approve(id, digest, preview_json) {
             Ok(()) => {}
             Err(crate::ledger::Error::InvalidTransition { from, .. })
@@ -629,6 +642,7 @@ impl Executor {
     /// # Errors
     /// Ledger errors, unknown tool.
     pub async fn run_existing(&self, id: &ExecutionId) -> Result<CallOutcome> {
+        check_timer()?;
         let rec = self
             .inner
             .ledger
@@ -658,6 +672,7 @@ impl Executor {
         round: u32,
         call: ToolCall,
     ) -> Result<CallOutcome> {
+        check_timer()?;
         let tool = self.tool(&call.tool_name)?;
         let desc = tool.descriptor();
         let spec = CallSpec {
@@ -682,6 +697,7 @@ impl Executor {
     /// # Errors
     /// Ledger errors of the scan itself.
     pub async fn recover(&self) -> Result<Recovery> {
+        check_timer()?;
         let (pending, marked) = self.inner.ledger.recover_marking()?;
         // Attempts of a dead process whose outcome became unknown: counted
         // here, where they are discovered (that process's metrics died).
@@ -732,6 +748,7 @@ impl Executor {
         attempt: &AttemptId,
         resolution: Resolution,
     ) -> Result<CallOutcome> {
+        check_timer()?;
         let resolved = self.inner.ledger.resolve_unknown(attempt, resolution)?;
         match self.after_resolution(attempt, resolved) {
             protocol::Step::Perform(ticket) => {

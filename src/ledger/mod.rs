@@ -158,6 +158,13 @@ pub struct Ledger {
     /// suspend still holds it (and then lose it to that suspend's release),
     /// nor clear a suspension mark that the suspend then closes under.
     lifecycle: Mutex<()>,
+    /// The thread inside `suspend()` or `resume()` (holding `lifecycle`):
+    /// an observer it calls (the events of their writes) that calls
+    /// `suspend()` or `resume()` again must not wait for itself.
+    lifecycle_thread: Mutex<Option<std::thread::ThreadId>>,
+    /// A `suspend()` asked by an observer during `resume()`: run when the
+    /// resume lets go of the lifecycle lock.
+    suspend_asked: AtomicBool,
     /// Set by [`Ledger::abandon`]: drop like a killed process.
     abandoned: AtomicBool,
     /// Attempts `begin` handed out through this ledger, most recent last:
@@ -171,8 +178,49 @@ pub struct Ledger {
     /// any without taking the lock.
     unsent: Mutex<Vec<AttemptId>>,
     has_unsent: AtomicBool,
+    /// What this process's executors run and leave behind (see
+    /// [`InProcess`]).
+    in_process: Mutex<InProcess>,
     /// Syncs deferred commits by their deadline.
     flusher: Flusher,
+}
+
+/// What the executors of one ledger (every `Executor` made over it, in this
+/// process) share: the attempts one of them runs in its own `perform`
+/// right now, so that a report from another one (or from a caller that was
+/// not handed that attempt) cannot take it over; and the orphans of an
+/// executor dropped when their settlement could not be written (suspended,
+/// a full disk), settled by the next `recover()` (which `resume()` runs).
+#[derive(Debug, Default)]
+pub(crate) struct InProcess {
+    running: std::collections::HashMap<ExecutionId, u32>,
+    stranded: Vec<Stranded>,
+}
+
+/// An orphan left by a dropped executor: its attempt, and the result its
+/// tool reported that the ledger could not write, if any.
+#[derive(Debug)]
+pub(crate) struct Stranded {
+    /// The attempt.
+    pub attempt: AttemptId,
+    /// The kept result and external id.
+    pub kept: Option<(String, Option<String>)>,
+}
+
+/// The lifecycle lock held by one `suspend()` or `resume()`.
+struct LifecycleGuard<'a> {
+    ledger: &'a Ledger,
+    _held: std::sync::MutexGuard<'a, ()>,
+}
+
+impl Drop for LifecycleGuard<'_> {
+    fn drop(&mut self) {
+        *self
+            .ledger
+            .lifecycle_thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
 }
 
 /// How many begun attempts `commit` remembers.
@@ -255,10 +303,13 @@ impl Ledger {
             begun_since_sweep: AtomicU32::new(0),
             registered: AtomicBool::new(false),
             lifecycle: Mutex::new(()),
+            lifecycle_thread: Mutex::new(None),
+            suspend_asked: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
             begun: Mutex::new(VecDeque::new()),
             unsent: Mutex::new(Vec::new()),
             has_unsent: AtomicBool::new(false),
+            in_process: Mutex::new(InProcess::default()),
             flusher,
         };
         // Best effort: on a full disk the ledger still opens (replays need no
@@ -439,9 +490,65 @@ impl Ledger {
         Ok(self.recover_marking()?.0)
     }
 
+    fn in_process(&self) -> std::sync::MutexGuard<'_, InProcess> {
+        self.in_process
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// An executor of this ledger runs attempt `attempt` of `id` in its own
+    /// `perform` (until [`Ledger::end_running`]).
+    pub(crate) fn note_running(&self, id: &ExecutionId, attempt: u32) {
+        self.in_process().running.insert(id.clone(), attempt);
+    }
+
+    /// The attempt noted by [`Ledger::note_running`] is no longer run.
+    pub(crate) fn end_running(&self, id: &ExecutionId, attempt: u32) {
+        let mut in_process = self.in_process();
+        if in_process.running.get(id) == Some(&attempt) {
+            in_process.running.remove(id);
+        }
+    }
+
+    /// Does an executor of this ledger run that attempt in its own `perform`?
+    pub(crate) fn runs_here(&self, id: &ExecutionId, attempt: u32) -> bool {
+        self.in_process().running.get(id) == Some(&attempt)
+    }
+
+    /// Leaves an orphan of a dropped executor to the next `recover()`.
+    pub(crate) fn strand(&self, stranded: Stranded) {
+        self.in_process().stranded.push(stranded);
+    }
+
+    /// Settles the orphans dropped executors left (see [`InProcess`]): a
+    /// kept result is committed (fenced: a stale one becomes evidence), any
+    /// other orphan's outcome becomes unknown. One that still cannot be
+    /// written stays for the next time.
+    fn settle_stranded(&self) {
+        let stranded = std::mem::take(&mut self.in_process().stranded);
+        for orphan in stranded {
+            let written = match &orphan.kept {
+                Some((result_json, external_id)) => self
+                    .commit_valid(&orphan.attempt, result_json, external_id.as_deref(), None)
+                    .map(drop),
+                None => self
+                    .mark_outcome_unknown(
+                        &orphan.attempt,
+                        "its caller stopped waiting while it ran, and its executor was dropped; \
+                         the outcome is unknown",
+                    )
+                    .map(drop),
+            };
+            if let Err(Error::Store(_)) = written {
+                self.strand(orphan);
+            }
+        }
+    }
+
     /// [`Ledger::recover`], also saying which executions it turned into
     /// `outcome_unknown` (the executor counts them in its metrics).
     pub(crate) fn recover_marking(&self) -> Result<(Vec<ExecutionRecord>, Vec<ExecutionId>)> {
+        self.settle_stranded();
         let now = self.now();
         let mono = self.clock.monotonic();
         self.write(Durability::Lazy, |dao| {
@@ -516,10 +623,14 @@ impl Ledger {
     /// Storage errors of the mark or the checkpoint (the ledger is
     /// suspended all the same).
     pub fn suspend(&self) -> Result<()> {
-        let _one_at_a_time = self
-            .lifecycle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.in_lifecycle() {
+            // Called back (an observer) from inside this thread's own
+            // `suspend()` (it is suspending already) or `resume()` (asked
+            // for once the resume is done).
+            self.suspend_asked.store(true, Ordering::SeqCst);
+            return Ok(());
+        }
+        let _one_at_a_time = self.lifecycle();
         if self.store.is_suspended() {
             return Ok(());
         }
@@ -527,6 +638,32 @@ impl Ledger {
         let closed = self.store.suspend().map_err(Error::from);
         self.sessions.release();
         marked.and(closed)
+    }
+
+    /// Takes the lifecycle lock for `suspend()` / `resume()`, noting the
+    /// thread that holds it (see [`Ledger::in_lifecycle`]).
+    fn lifecycle(&self) -> LifecycleGuard<'_> {
+        let held = self
+            .lifecycle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *self
+            .lifecycle_thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(std::thread::current().id());
+        LifecycleGuard {
+            ledger: self,
+            _held: held,
+        }
+    }
+
+    /// Is this thread inside `suspend()` or `resume()` already?
+    fn in_lifecycle(&self) -> bool {
+        *self
+            .lifecycle_thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            == Some(std::thread::current().id())
     }
 
     fn mark_suspended(&self) -> Result<()> {
@@ -572,17 +709,25 @@ impl Ledger {
             // parent's own resume waiting for as long as the child lives.
             return Err(crate::store::Error::Forked.into());
         }
+        if self.in_lifecycle() {
+            // Called back (an observer) from inside this thread's own
+            // `suspend()` or `resume()`: it would wait for itself.
+            return Err(crate::store::Error::Suspended.into());
+        }
         {
-            let _one_at_a_time = self
-                .lifecycle
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _one_at_a_time = self.lifecycle();
+            self.suspend_asked.store(false, Ordering::SeqCst);
             self.sessions
                 .acquire()
                 .map_err(|e| Error::Session(e.kind().to_string()))?;
             self.store.resume()?;
             // Active again: the lock says so; the row must not say "suspended".
             self.register()?;
+        }
+        if self.suspend_asked.swap(false, Ordering::SeqCst) {
+            // An observer asked for a suspension while this resumed.
+            self.suspend()?;
+            return Ok(Vec::new());
         }
         self.recover()
     }

@@ -753,19 +753,29 @@ impl Ledger {
     }
 
     /// Is `rec` an [`open_failure`] at `attempt`, its last attempt, which this
-    /// session ran? Then a report of that attempt's effect (the caller's
-    /// answer changed: a 503, then the backend's own "done") is the truth
-    /// about the only attempt there is, and is committed. A report from
-    /// another session is checked by the fence as before (kept as evidence).
+    /// session ran, or whose owner is dead (the app reopened the ledger)?
+    /// Then a report of that attempt's effect (the caller's answer changed:
+    /// a 503, then the backend's own "done") is the truth about the only
+    /// attempt there is, and nobody can be running it: it is committed. A
+    /// report of a live other session's attempt is checked by the fence as
+    /// before (kept as evidence).
     fn own_open_failure(
         &self,
         dao: &Dao<'_>,
         rec: &ExecutionRecord,
         attempt: &AttemptId,
     ) -> Result<bool> {
-        Ok(attempt.attempt == rec.attempt_count
-            && rec.owner_session.as_ref() == Some(self.session_id())
-            && open_failure(dao, rec)?)
+        if attempt.attempt != rec.attempt_count || !open_failure(dao, rec)? {
+            return Ok(false);
+        }
+        if rec.owner_session.as_ref() == Some(self.session_id()) {
+            return Ok(true);
+        }
+        let mono = self.clock().monotonic();
+        Ok(matches!(
+            self.liveness_of(dao, rec.owner_session.as_ref(), &mono)?,
+            super::owners::Liveness::Dead(_)
+        ))
     }
 
     /// Inside a write transaction: commits `result_json` (and `external_id`)

@@ -161,12 +161,14 @@ pub(super) fn locate(root: &Json) -> Result<Vec<RawCall<'_>>, ProviderError> {
     Ok(found)
 }
 
-/// Did the response as a whole end so that its calls are not to be run:
-/// `status` `failed` or `cancelled`, or `incomplete` because of the content
-/// filter?
+/// Is the response as a whole not one whose calls are to be run: `status`
+/// `failed` or `cancelled`, not finished yet (`in_progress`, `queued`), or
+/// `incomplete` because of the content filter?
 fn turn_dropped(obj: &Object) -> Result<bool, ProviderError> {
     Ok(match optional_str(RESPONSES, obj, "", "status")? {
-        Some("failed" | "cancelled") => true,
+        // Not finished yet (a polled background response): it may still
+        // end failed or cancelled.
+        Some("failed" | "cancelled" | "in_progress" | "queued") => true,
         Some("incomplete") => match optional(obj, "incomplete_details") {
             Some(Json::Object(details)) => {
                 optional_str(RESPONSES, details, "incomplete_details", "reason")?

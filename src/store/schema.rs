@@ -41,9 +41,10 @@ pub const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;
 /// [`Error::IncompatibleVersion`]; `NotADatabase` / `Corrupt` for bad files.
 ///
 /// Also refuses, untouched, an SQLite database that is not a ledger (the
-/// app's own database, a wrong path): a file at version 0 must hold no
-/// table (a new ledger's migration writes its tables and its version in one
-/// transaction), and one at a later version the ledger's own tables. Without
+/// app's own database, a wrong path): a file at version 0 must hold nothing
+/// (no table, view, index or trigger: a new ledger's migration writes its
+/// schema and its version in one transaction), and one at a later version
+/// the ledger's own tables with their key columns. Without
 /// this the migration added the ledger's tables to the app's file, or failed
 /// half-way with SQLite's own message, after the switch to WAL had already
 /// rewritten the file's header.
@@ -51,9 +52,13 @@ pub fn refuse_newer(conn: &Connection) -> Result<()> {
     // One statement, so one snapshot: another process's migration may
     // commit the tables and the version between two reads.
     let (found, tables, ours): (i64, i64, i64) = conn.query_row(
-        "SELECT (SELECT user_version FROM pragma_user_version), count(*),
-                count(CASE WHEN name IN ('operations', 'executions', 'approvals') THEN 1 END)
-         FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
+        "SELECT (SELECT user_version FROM pragma_user_version),
+                count(*),
+                count(CASE WHEN type = 'table'
+                            AND name IN ('operations', 'executions', 'approvals') THEN 1 END)
+                + (SELECT count(*) FROM pragma_table_info('executions') WHERE name = 'execution_id')
+                + (SELECT count(*) FROM pragma_table_info('operations') WHERE name = 'operation_id')
+         FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
         [],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
@@ -63,7 +68,7 @@ pub fn refuse_newer(conn: &Connection) -> Result<()> {
             supported: CURRENT_VERSION,
         });
     }
-    let a_ledger = if found == 0 { tables == 0 } else { ours == 3 };
+    let a_ledger = if found == 0 { tables == 0 } else { ours == 5 };
     if !a_ledger {
         return Err(Error::NotADatabase);
     }
