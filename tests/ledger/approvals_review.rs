@@ -120,7 +120,7 @@ fn approve_racing_cancel_operation_and_reject_from_two_sessions_is_serialised() 
         let other = std::thread::spawn(move || {
             gate.wait();
             if i % 2 == 0 {
-                b2.cancel_operation(&o2).map(|s| Some(s))
+                b2.cancel_operation(&o2).map(Some)
             } else {
                 b2.reject(&id2, &dg2, "no").map(|_| None)
             }

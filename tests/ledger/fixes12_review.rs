@@ -424,7 +424,7 @@ fn an_observer_calling_suspend_from_a_delivery_written_by_resume_deadlocks() {
     ledger.set_observer(Some(observer.clone())).unwrap();
     ledger.suspend().unwrap();
     // Marked while suspended: queued, written by the next write.
-    let marked = ledger.mark_delivered(&[id.clone()]);
+    let marked = ledger.mark_delivered(std::slice::from_ref(&id));
     let (tx, rx) = std::sync::mpsc::channel();
     {
         let ledger = ledger.clone();
