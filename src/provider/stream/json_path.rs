@@ -51,15 +51,12 @@ pub(super) fn parse(path: &str) -> Option<Vec<Segment>> {
     (!segments.is_empty()).then_some(segments)
 }
 
-/// RFC 9535's `member-name-shorthand`: a letter, `_` or a non-ASCII
-/// character, then those or digits. Anything else after a `.` (`*`, `-`,
-/// a quote) is not a name: `$.*` is a wildcard, refused, not a member `*`.
+/// A name after a `.`: not empty, not the wildcard `*`, and without the
+/// characters that end or quote a segment. RFC 9535's shorthand is
+/// stricter (no `-`, for one); a name like `user-id` is read as written,
+/// since refusing it would drop a call that a looser writer spelled so.
 fn shorthand_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || !c.is_ascii())
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || !c.is_ascii())
+    !name.is_empty() && name != "*" && !name.contains([']', '\'', '"', ' ', '*'])
 }
 
 /// `index]` or a quoted name and `]`, after the `[`.
