@@ -351,6 +351,8 @@ impl Executor {
             && rec.owner_session.as_ref() == Some(self.inner.ledger.session_id());
         if let Ok(mut a) = self.inner.attempts.lock() {
             a.orphans.remove(id);
+            // A result kept for another attempt is stale: nothing commits it.
+            a.unrecorded.remove(id);
         }
         if !ours {
             return Ok(None);

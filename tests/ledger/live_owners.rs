@@ -301,6 +301,7 @@ fn forked_helper_outlives_owner_scenario() {
     };
     let path = Path::new(&db);
     let stop = path.with_file_name("stop");
+    let started = path.with_file_name("helper_started");
     let s = spec("c1", "pay", r#"{"amount":"12.50"}"#);
     // The app, in a process of its own: it begins a call, forks a helper
     // (a crash reporter, a worker of a `fork` pool) and dies while its
@@ -314,6 +315,12 @@ fn forked_helper_outlives_owner_scenario() {
         };
         let helper = unsafe { fork() };
         if helper == 0 {
+            // Running: the fork handler has run in this child (it runs
+            // before `fork()` returns here). Until then, on a loaded
+            // machine, the child's copy of the lock's descriptor is still
+            // the parent's: no fork handler can act before the child is
+            // scheduled.
+            let _ = std::fs::write(&started, b"");
             // The helper outlives the app (until told to stop, 20 s at most).
             let deadline = Instant::now() + Duration::from_secs(20);
             while !stop.exists() && Instant::now() < deadline {
@@ -333,8 +340,12 @@ fn forked_helper_outlives_owner_scenario() {
         assert!(Instant::now() < deadline, "the app never exited");
         std::thread::sleep(Duration::from_millis(5));
     }
-    // The app is dead, its helper alive. The app starts again (a new
-    // session) and asks for the same call.
+    // The app is dead, its helper alive (and running). The app starts
+    // again (a new session) and asks for the same call.
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "the helper never ran");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let (again, _clock) = open_at(path);
     let answer = again.begin(&op("o"), 0, &s);
     std::fs::write(&stop, b"").unwrap();
