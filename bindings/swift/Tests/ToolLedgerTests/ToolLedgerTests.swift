@@ -357,9 +357,9 @@ final class ToolLedgerTests: XCTestCase {
     /// iOS may suspend the app while a tool call is in flight. The effect
     /// happened downstream but cannot be committed to a suspended ledger: the
     /// call throws `Suspended`, and nothing after `resume()` runs it again.
-    /// (Nobody in this process drives that attempt any more, so the
-    /// executor's `recover()` after `resume()` takes it over and reconciles it
-    /// through `lookup`; apps should still let calls finish before suspending.)
+    /// (The executor keeps the tool's result that the suspended ledger could
+    /// not write; `recover()` after `resume()` commits it, with no lookup and
+    /// no resend. Apps should still let calls finish before suspending.)
     func testSuspendingWhileACallIsInFlightNeverRunsItTwice() async throws {
         let (ledger, _, downstream) = try fixture()
         let (started, release) = (Gate(), Gate())
@@ -382,14 +382,14 @@ final class ToolLedgerTests: XCTestCase {
         let recovered = try await executor.recover()
         XCTAssertEqual(recovered.failed, [])
         // This session still owns the attempt (it is alive), but nobody drives
-        // it any more: recover() reconciles it now instead of answering
-        // `.inFlight` for as long as the app lives.
+        // it any more: recover() commits the result the executor kept, instead
+        // of answering `.inFlight` for as long as the app lives.
         XCTAssertEqual(recovered.outcomes.count, 1)
         let reconciled = try completed(XCTUnwrap(recovered.outcomes.first))
-        XCTAssertFalse(reconciled.replayed)
+        XCTAssertTrue(reconciled.replayed)
         XCTAssertEqual(reconciled.externalId, "msg_1")
         let lookups = await tool.lookups.value
-        XCTAssertEqual(lookups, 1)
+        XCTAssertEqual(lookups, 0, "the kept result needs no lookup")
         let again = try completed(await executor.execute(operationId: "op_1", round: 0, call: emailCall()))
         XCTAssertTrue(again.replayed)
         XCTAssertEqual(again.resultJson, reconciled.resultJson)
