@@ -200,6 +200,17 @@ async fn perform_items_in(
                     .record_batch_item(&ticket.attempt_id(), index, &result, external_id.as_deref())
                     .map(|_| ());
                 if let Err(e) = recorded {
+                    if let crate::ledger::Error::Store(_) = &e {
+                        // Not written (suspended meanwhile, a full disk): kept
+                        // with the attempt, which becomes this executor's
+                        // orphan, for the next ask to record and go on.
+                        exec.keep_unrecorded_item(
+                            &ticket.attempt_id(),
+                            index,
+                            &result,
+                            external_id.as_deref(),
+                        );
+                    }
                     return exec.or_current(&id, Err(e));
                 }
                 done.insert(index);

@@ -122,6 +122,18 @@ impl Drop for Inner {
             Err(poisoned) => std::mem::take(poisoned.into_inner()),
         };
         let mut unrecorded = attempts.unrecorded;
+        for (id, (attempt, items)) in attempts.unrecorded_items {
+            // Best effort: a batch item's result recorded is an effect kept.
+            let attempt_id = AttemptId::new(id, attempt);
+            for (index, result_json, external_id) in items {
+                let _ = self.ledger.record_batch_item(
+                    &attempt_id,
+                    index,
+                    &result_json,
+                    external_id.as_deref(),
+                );
+            }
+        }
         for (id, attempt) in attempts.orphans {
             let attempt_id = AttemptId::new(id.clone(), attempt);
             let kept = unrecorded
@@ -172,6 +184,10 @@ struct Attempts {
     /// could not write (suspended meanwhile, a full disk): the attempt, the
     /// result and the external id. Taking the orphan over commits it.
     unrecorded: Map<ExecutionId, (u32, String, Option<String>)>,
+    /// The same for items of an independent batch: the attempt, and each
+    /// item's index, result and external id. Taking the orphan over records
+    /// them and goes on with the items not run yet.
+    unrecorded_items: Map<ExecutionId, (u32, Vec<(u32, String, Option<String>)>)>,
 }
 
 /// What taking over an orphan of this executor led to.
@@ -181,6 +197,10 @@ pub(crate) enum Takeover {
     /// Its tool had reported a result the ledger could not write then: now
     /// committed.
     Committed(crate::ledger::StoredResult),
+    /// An independent batch whose items' results the ledger could not write
+    /// then: now recorded; no item was in flight, so the attempt goes on
+    /// with the items not run yet.
+    Continue(Ticket),
 }
 
 /// What [`Executor::recover`] did.
@@ -279,6 +299,31 @@ impl Executor {
         }
     }
 
+    /// Keeps the result of item `index` of the independent batch `attempt`,
+    /// reported by its tool, that the ledger could not write.
+    pub(crate) fn keep_unrecorded_item(
+        &self,
+        attempt: &AttemptId,
+        index: u32,
+        result_json: &str,
+        external_id: Option<&str>,
+    ) {
+        if let Ok(mut a) = self.inner.attempts.lock() {
+            let entry = a
+                .unrecorded_items
+                .entry(attempt.execution_id.clone())
+                .or_insert_with(|| (attempt.attempt, Vec::new()));
+            if entry.0 != attempt.attempt {
+                *entry = (attempt.attempt, Vec::new());
+            }
+            entry.1.push((
+                index,
+                result_json.to_owned(),
+                external_id.map(str::to_owned),
+            ));
+        }
+    }
+
     /// Registers the attempt of `ticket` as driven by this executor.
     pub(crate) fn running(&self, ticket: &Ticket) -> Running {
         self.inner
@@ -287,6 +332,12 @@ impl Executor {
         if let Ok(mut a) = self.inner.attempts.lock() {
             a.orphans.remove(&ticket.execution_id);
             a.unrecorded.remove(&ticket.execution_id);
+            if a.unrecorded_items
+                .get(&ticket.execution_id)
+                .is_some_and(|(at, _)| *at != ticket.attempt)
+            {
+                a.unrecorded_items.remove(&ticket.execution_id);
+            }
             a.running
                 .insert(ticket.execution_id.clone(), ticket.attempt);
         }
@@ -339,6 +390,49 @@ impl Executor {
                 Err(_) => {
                     if let Ok(mut a) = self.inner.attempts.lock() {
                         a.unrecorded.remove(id);
+                    }
+                }
+            }
+        }
+        let items = self.inner.attempts.lock().ok().and_then(|a| {
+            a.unrecorded_items
+                .get(id)
+                .filter(|(at, _)| *at == attempt)
+                .map(|(_, items)| items.clone())
+        });
+        if let Some(items) = items {
+            let attempt_id = AttemptId::new(id.clone(), attempt);
+            let mut recorded = true;
+            for (index, result_json, external_id) in &items {
+                match self.inner.ledger.record_batch_item(
+                    &attempt_id,
+                    *index,
+                    result_json,
+                    external_id.as_deref(),
+                ) {
+                    Ok(_) => {}
+                    // Still not writable: still this executor's orphan.
+                    Err(crate::ledger::Error::Store(e)) => {
+                        return Err(crate::ledger::Error::Store(e).into())
+                    }
+                    Err(_) => recorded = false,
+                }
+            }
+            if let Ok(mut a) = self.inner.attempts.lock() {
+                a.unrecorded_items.remove(id);
+            }
+            if recorded {
+                if let Some(rec) = self.inner.ledger.get(id)? {
+                    if rec.status == ExecutionStatus::Executing
+                        && rec.attempt_count == attempt
+                        && rec.owner_session.as_ref() == Some(self.inner.ledger.session_id())
+                    {
+                        // Its last item's result is recorded and nothing
+                        // was sent after it: the attempt goes on.
+                        if let Ok(mut a) = self.inner.attempts.lock() {
+                            a.orphans.remove(id);
+                        }
+                        return Ok(Some(Takeover::Continue(Ticket::from_record(&rec))));
                     }
                 }
             }

@@ -134,6 +134,7 @@ impl Executor {
                 retry_after,
             } => match self.take_over_orphan(&execution_id)? {
                 Some(Takeover::Reconcile(ticket)) => Step::Reconcile(ticket),
+                Some(Takeover::Continue(ticket)) => Step::Perform(ticket),
                 Some(Takeover::Committed(stored)) => {
                     metrics.replay();
                     Step::Done(completed(stored, true))
