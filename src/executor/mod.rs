@@ -108,60 +108,55 @@ impl Drop for Inner {
     /// The last handle of the executor is gone, and its orphans with it: no
     /// other executor of the ledger knows them (they are `executing` under
     /// this live session, so every ask would answer `InFlight` for the life
-    /// of the process). A result its tool reported and the ledger could not
-    /// write is committed now; while the ledger lives on (the app's, another
-    /// executor's), any other orphan's outcome becomes unknown (reconciled
-    /// at the next ask). What cannot be written now (suspended, a full disk)
-    /// is left to the ledger's next `recover()`, which `resume()` runs. When
-    /// the ledger goes with this executor, an orphan without a kept result is
-    /// left as it is: the next session sees a dead owner, as after a crash.
+    /// of the process). While the ledger lives on (the app's, another
+    /// executor's) each is settled by [`Ledger::settle_orphan`]: a kept
+    /// result committed, a batch's kept items recorded and the rest made a
+    /// retryable failure (the next ask runs the items not run yet), any
+    /// other orphan's outcome unknown (reconciled at the next ask). What
+    /// cannot be written now (suspended, a full disk) is left to the
+    /// ledger's next `recover()`, which `resume()` runs. When the ledger goes
+    /// with this executor, only kept results and items are written: the next
+    /// session sees a dead owner, as after a crash.
     fn drop(&mut self) {
         let lives_on = Arc::strong_count(&self.ledger) > 1;
         let attempts = match self.attempts.get_mut() {
             Ok(a) => std::mem::take(a),
             Err(poisoned) => std::mem::take(poisoned.into_inner()),
         };
-        let mut unrecorded = attempts.unrecorded;
-        for (id, (attempt, items)) in attempts.unrecorded_items {
-            // Best effort: a batch item's result recorded is an effect kept.
-            let attempt_id = AttemptId::new(id, attempt);
-            for (index, result_json, external_id) in items {
-                let _ = self.ledger.record_batch_item(
-                    &attempt_id,
-                    index,
-                    &result_json,
-                    external_id.as_deref(),
-                );
-            }
-        }
+        let (mut unrecorded, mut unrecorded_items) =
+            (attempts.unrecorded, attempts.unrecorded_items);
         for (id, attempt) in attempts.orphans {
-            let attempt_id = AttemptId::new(id.clone(), attempt);
-            let kept = unrecorded
-                .remove(&id)
-                .filter(|(at, _, _)| *at == attempt)
-                .map(|(_, result, external_id)| (result, external_id));
-            let written = match &kept {
-                Some((result_json, external_id)) => self
-                    .ledger
-                    .commit_valid(&attempt_id, result_json, external_id.as_deref(), None)
-                    .map(drop),
-                None if lives_on => self
-                    .ledger
-                    .mark_outcome_unknown(
-                        &attempt_id,
-                        "its caller stopped waiting while it ran, and its executor was dropped; \
-                         the outcome is unknown",
-                    )
-                    .map(drop),
-                None => continue,
+            let orphan = crate::ledger::Stranded {
+                attempt: AttemptId::new(id.clone(), attempt),
+                kept: unrecorded
+                    .remove(&id)
+                    .filter(|(at, _, _)| *at == attempt)
+                    .map(|(_, result, external_id)| (result, external_id)),
+                items: unrecorded_items
+                    .remove(&id)
+                    .filter(|(at, _)| *at == attempt)
+                    .map(|(_, items)| items)
+                    .unwrap_or_default(),
             };
-            // Fenced: a refusal (no longer current, no longer executing) is
-            // harmless; only a write that could not happen is left over.
-            if let (Err(crate::ledger::Error::Store(_)), true) = (&written, lives_on) {
-                self.ledger.strand(crate::ledger::Stranded {
-                    attempt: attempt_id,
-                    kept,
-                });
+            if lives_on {
+                if let Err(crate::ledger::Error::Store(_)) = self.ledger.settle_orphan(&orphan) {
+                    self.ledger.strand(orphan);
+                }
+            } else {
+                // The ledger goes with this executor: only what is known (a
+                // kept result, kept items) is written, best effort; the rest
+                // is for the next session, which sees a dead owner.
+                for (index, result_json, external_id) in &orphan.items {
+                    let _ = self.ledger.record_batch_item(
+                        &orphan.attempt,
+                        *index,
+                        result_json,
+                        external_id.as_deref(),
+                    );
+                }
+                if orphan.kept.is_some() {
+                    let _ = self.ledger.settle_orphan(&orphan);
+                }
             }
         }
     }
@@ -187,8 +182,11 @@ struct Attempts {
     /// The same for items of an independent batch: the attempt, and each
     /// item's index, result and external id. Taking the orphan over records
     /// them and goes on with the items not run yet.
-    unrecorded_items: Map<ExecutionId, (u32, Vec<(u32, String, Option<String>)>)>,
+    unrecorded_items: Map<ExecutionId, (u32, Vec<KeptItem>)>,
 }
+
+/// A batch item's index, result and external id, kept by the executor.
+type KeptItem = (u32, String, Option<String>);
 
 /// What taking over an orphan of this executor led to.
 pub(crate) enum Takeover {
@@ -354,15 +352,36 @@ impl Executor {
     /// process will finish it, so its outcome becomes unknown and it is
     /// reconciled now. `None` when someone is running it.
     pub(crate) fn take_over_orphan(&self, id: &ExecutionId) -> Result<Option<Takeover>> {
-        let (orphan, unrecorded) = match self.inner.attempts.lock() {
-            Ok(a) if !a.running.contains_key(id) => {
-                (a.orphans.get(id).copied(), a.unrecorded.get(id).cloned())
-            }
-            _ => (None, None),
+        // Claimed in the same lock that finds it: two asks at once must not
+        // both take it over (both would go on with a batch's next item).
+        let claimed = match self.inner.attempts.lock() {
+            Ok(mut a) if !a.running.contains_key(id) => a
+                .orphans
+                .remove(id)
+                .map(|attempt| (attempt, a.unrecorded.get(id).cloned())),
+            _ => None,
         };
-        let Some(attempt) = orphan else {
+        let Some((attempt, unrecorded)) = claimed else {
             return Ok(None);
         };
+        let taken = self.take_over_claimed(id, attempt, unrecorded);
+        if taken.is_err() {
+            // Not written (a storage error): still nobody's in this process,
+            // so still this executor's orphan, for the next ask.
+            if let Ok(mut a) = self.inner.attempts.lock() {
+                a.orphans.entry(id.clone()).or_insert(attempt);
+            }
+        }
+        taken
+    }
+
+    /// [`Executor::take_over_orphan`] once the orphan is claimed.
+    fn take_over_claimed(
+        &self,
+        id: &ExecutionId,
+        attempt: u32,
+        unrecorded: Option<(u32, String, Option<String>)>,
+    ) -> Result<Option<Takeover>> {
         if let Some((_, result_json, external_id)) = unrecorded.filter(|(at, _, _)| *at == attempt)
         {
             // The tool's result, which the ledger could not write when it

@@ -205,6 +205,9 @@ pub(crate) struct Stranded {
     pub attempt: AttemptId,
     /// The kept result and external id.
     pub kept: Option<(String, Option<String>)>,
+    /// For an independent batch: the kept items' index, result and
+    /// external id (the attempt stopped right after the last of them).
+    pub items: Vec<(u32, String, Option<String>)>,
 }
 
 /// The lifecycle lock held by one `suspend()` or `resume()`.
@@ -520,33 +523,65 @@ impl Ledger {
         self.in_process().stranded.push(stranded);
     }
 
-    /// Settles the orphans dropped executors left (see [`InProcess`]): a
-    /// kept result is committed (fenced: a stale one becomes evidence), any
-    /// other orphan's outcome becomes unknown. One that still cannot be
-    /// written stays for the next time.
+    /// Settles the orphans dropped executors left (see [`InProcess`]); one
+    /// that still cannot be written stays for the next time.
     fn settle_stranded(&self) {
         let stranded = std::mem::take(&mut self.in_process().stranded);
         for orphan in stranded {
-            let written = match &orphan.kept {
-                Some((result_json, external_id)) => self
-                    .commit_valid(&orphan.attempt, result_json, external_id.as_deref(), None)
-                    .map(drop),
-                None => self
-                    .mark_outcome_unknown(
-                        &orphan.attempt,
-                        "its caller stopped waiting while it ran, and its executor was dropped; \
-                         the outcome is unknown",
-                    )
-                    .map(drop),
-            };
-            if let Err(Error::Store(_)) = written {
+            if let Err(Error::Store(_)) = self.settle_orphan(&orphan) {
                 self.strand(orphan);
             }
         }
     }
 
-    /// [`Ledger::recover`], also saying which executions it turned into
-    /// `outcome_unknown` (the executor counts them in its metrics).
+    /// Settles the orphan of a dropped executor, fenced by its attempt (a
+    /// refusal, the attempt no longer current or no longer executing, is
+    /// harmless): a kept result is committed; a batch's kept items are
+    /// recorded and, no item being in flight after them, the rest is a
+    /// retryable failure before commit (the next ask runs the items not run
+    /// yet, under their own keys); any other orphan's outcome is unknown.
+    ///
+    /// # Errors
+    /// Storage errors (nothing settled then).
+    pub(crate) fn settle_orphan(&self, orphan: &Stranded) -> Result<()> {
+        let written = if let Some((result_json, external_id)) = &orphan.kept {
+            self.commit_valid(&orphan.attempt, result_json, external_id.as_deref(), None)
+                .map(drop)
+        } else if !orphan.items.is_empty() {
+            let mut recorded = Ok(());
+            for (index, result_json, external_id) in &orphan.items {
+                if let Err(e) = self.record_batch_item(
+                    &orphan.attempt,
+                    *index,
+                    result_json,
+                    external_id.as_deref(),
+                ) {
+                    recorded = Err(e);
+                    break;
+                }
+            }
+            recorded.and_then(|()| {
+                self.fail_before_commit(
+                    &orphan.attempt,
+                    "its executor was dropped between items: the items not run yet run at \
+                     the next ask",
+                    true,
+                )
+            })
+        } else {
+            self.mark_outcome_unknown(
+                &orphan.attempt,
+                "its caller stopped waiting while it ran, and its executor was dropped; \
+                 the outcome is unknown",
+            )
+            .map(drop)
+        };
+        match written {
+            Err(Error::Store(e)) => Err(Error::Store(e)),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn recover_marking(&self) -> Result<(Vec<ExecutionRecord>, Vec<ExecutionId>)> {
         self.settle_stranded();
         let now = self.now();

@@ -31,6 +31,7 @@ mod in_place;
 mod inspect;
 mod jobs_and_webhooks;
 mod late_reports;
+mod latest_review;
 mod lifecycle_races;
 mod live_owners;
 mod migrations;
