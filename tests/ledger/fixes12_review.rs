@@ -25,17 +25,17 @@ use toolledger_test_support as support;
 /// A tool with its downstream inside: effects counted per downstream key (a
 /// keyed downstream makes one effect per key). `perform` may be held before
 /// its effect until `release`; it answers `Committed` with `{"n":<effects>}`.
-struct Probe {
+pub(super) struct Probe {
     desc: ToolDescriptor,
-    performs: AtomicU32,
-    effects: Mutex<HashMap<String, u32>>,
-    hold: Mutex<bool>,
+    pub(super) performs: AtomicU32,
+    pub(super) effects: Mutex<HashMap<String, u32>>,
+    pub(super) hold: Mutex<bool>,
     reached: Mutex<Option<mpsc::UnboundedSender<u32>>>,
     release: Notify,
 }
 
 impl Probe {
-    fn new(desc: ToolDescriptor) -> Arc<Probe> {
+    pub(super) fn new(desc: ToolDescriptor) -> Arc<Probe> {
         Arc::new(Probe {
             desc,
             performs: AtomicU32::new(0),
@@ -45,13 +45,13 @@ impl Probe {
             release: Notify::new(),
         })
     }
-    fn hold(&self) -> mpsc::UnboundedReceiver<u32> {
+    pub(super) fn hold(&self) -> mpsc::UnboundedReceiver<u32> {
         let (tx, rx) = mpsc::unbounded_channel();
         *self.reached.lock().unwrap() = Some(tx);
         *self.hold.lock().unwrap() = true;
         rx
     }
-    fn release(&self) {
+    pub(super) fn release(&self) {
         *self.hold.lock().unwrap() = false;
         self.release.notify_waiters();
     }
@@ -63,7 +63,7 @@ impl Probe {
         }
         effects.values().sum::<u32>()
     }
-    fn effects(&self) -> u32 {
+    pub(super) fn effects(&self) -> u32 {
         self.effects.lock().unwrap().values().sum()
     }
 }
@@ -95,7 +95,7 @@ impl ToolHandler for Probe {
     }
 }
 
-fn neither(name: &str) -> ToolDescriptor {
+pub(super) fn neither(name: &str) -> ToolDescriptor {
     ToolDescriptor::side_effect(name, 1)
 }
 
@@ -106,24 +106,24 @@ fn keyed(name: &str) -> ToolDescriptor {
     }
 }
 
-fn config() -> ExecutorConfig {
+pub(super) fn config() -> ExecutorConfig {
     ExecutorConfig {
         perform_timeout: Some(Duration::from_secs(20)),
         ..downstream::fast_config()
     }
 }
 
-fn open(path: &std::path::Path) -> Arc<Ledger> {
+pub(super) fn open(path: &std::path::Path) -> Arc<Ledger> {
     Arc::new(Ledger::open(path, LedgerConfig::default()).unwrap())
 }
 
-async fn bounded<F: Future>(what: &str, fut: F) -> F::Output {
+pub(super) async fn bounded<F: Future>(what: &str, fut: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(30), fut)
         .await
         .unwrap_or_else(|_| panic!("hang: {what} did not finish within 30 s"))
 }
 
-fn only_id(ledger: &Ledger) -> ExecutionId {
+pub(super) fn only_id(ledger: &Ledger) -> ExecutionId {
     ledger.list(&op("o")).unwrap().remove(0).execution_id
 }
 

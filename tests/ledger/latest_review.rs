@@ -3,120 +3,17 @@
 //! downstream inside the tool; every wait is bounded. A test whose doc says
 //! FAILS is a defect on the code it was written against.
 
-use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use async_trait::async_trait;
 use support::*;
-use tokio::sync::{mpsc, Notify};
-use toolledger::executor::{
-    CallOutcome, Executor, ExecutorConfig, PerformOutcome, ToolDescriptor, ToolError, ToolHandler,
-    ToolRequest,
-};
-use toolledger::ledger::{Ledger, LedgerConfig, LedgerEvent, LedgerObserver};
-use toolledger::model::ExecutionId;
+use toolledger::executor::{CallOutcome, Executor, ToolDescriptor};
+use toolledger::ledger::{Ledger, LedgerEvent, LedgerObserver};
 use toolledger_test_support as support;
 
-/// A tool with its downstream inside: effects counted per downstream key (a
-/// keyed downstream makes one effect per key). `perform` may be held before
-/// its effect until `release`; it answers `Committed` with `{"n":<effects>}`.
-struct Probe {
-    desc: ToolDescriptor,
-    performs: AtomicU32,
-    effects: Mutex<HashMap<String, u32>>,
-    hold: Mutex<bool>,
-    reached: Mutex<Option<mpsc::UnboundedSender<u32>>>,
-    release: Notify,
-}
-
-impl Probe {
-    fn new(desc: ToolDescriptor) -> Arc<Probe> {
-        Arc::new(Probe {
-            desc,
-            performs: AtomicU32::new(0),
-            effects: Mutex::new(HashMap::new()),
-            hold: Mutex::new(false),
-            reached: Mutex::new(None),
-            release: Notify::new(),
-        })
-    }
-    fn hold(&self) -> mpsc::UnboundedReceiver<u32> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        *self.reached.lock().unwrap() = Some(tx);
-        *self.hold.lock().unwrap() = true;
-        rx
-    }
-    fn release(&self) {
-        *self.hold.lock().unwrap() = false;
-        self.release.notify_waiters();
-    }
-    fn effect_of(&self, key: &str) -> u32 {
-        let mut effects = self.effects.lock().unwrap();
-        let n = effects.entry(key.to_owned()).or_insert(0);
-        if !self.desc.idempotency_key || *n == 0 {
-            *n += 1;
-        }
-        effects.values().sum::<u32>()
-    }
-    fn effects(&self) -> u32 {
-        self.effects.lock().unwrap().values().sum()
-    }
-}
-
-#[async_trait]
-impl ToolHandler for Probe {
-    fn descriptor(&self) -> ToolDescriptor {
-        self.desc.clone()
-    }
-    async fn perform(&self, req: ToolRequest) -> Result<PerformOutcome, ToolError> {
-        self.performs.fetch_add(1, Ordering::SeqCst);
-        if *self.hold.lock().unwrap() {
-            let released = self.release.notified();
-            if let Some(tx) = self.reached.lock().unwrap().as_ref() {
-                let _ = tx.send(req.attempt);
-            }
-            if tokio::time::timeout(Duration::from_secs(20), released)
-                .await
-                .is_err()
-            {
-                return Err(ToolError::new("never released"));
-            }
-        }
-        let n = self.effect_of(req.downstream_key.as_str());
-        Ok(PerformOutcome::Committed {
-            result_json: format!(r#"{{"n":{n}}}"#),
-            external_id: None,
-        })
-    }
-}
-
-fn neither(name: &str) -> ToolDescriptor {
-    ToolDescriptor::side_effect(name, 1)
-}
-
-fn config() -> ExecutorConfig {
-    ExecutorConfig {
-        perform_timeout: Some(Duration::from_secs(20)),
-        ..downstream::fast_config()
-    }
-}
-
-fn open(path: &std::path::Path) -> Arc<Ledger> {
-    Arc::new(Ledger::open(path, LedgerConfig::default()).unwrap())
-}
-
-async fn bounded<F: Future>(what: &str, fut: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(30), fut)
-        .await
-        .unwrap_or_else(|_| panic!("hang: {what} did not finish within 30 s"))
-}
-
-fn only_id(ledger: &Ledger) -> ExecutionId {
-    ledger.list(&op("o")).unwrap().remove(0).execution_id
-}
+// The fixture (a held tool counting effects, the config, the bounded wait)
+// is the reentrancy-fixes review's.
+use super::fixes12_review::{bounded, config, neither, only_id, open, Probe};
 
 fn batch_tool() -> Arc<Probe> {
     Probe::new(ToolDescriptor {
