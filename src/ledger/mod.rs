@@ -198,8 +198,9 @@ pub(crate) struct InProcess {
 }
 
 /// An orphan left by a dropped executor: its attempt, and the result its
-/// tool reported that the ledger could not write, if any.
-#[derive(Debug)]
+/// tool reported that the ledger could not write, if any. `Debug` shows the
+/// attempt and how much was kept, never a result (a `Ledger`'s `Debug`
+/// reaches it).
 pub(crate) struct Stranded {
     /// The attempt.
     pub attempt: AttemptId,
@@ -223,6 +224,16 @@ impl Drop for LifecycleGuard<'_> {
             .lifecycle_thread
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+}
+
+impl std::fmt::Debug for Stranded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stranded")
+            .field("attempt", &self.attempt)
+            .field("kept_result", &self.kept.is_some())
+            .field("kept_items", &self.items.len())
+            .finish()
     }
 }
 
@@ -955,5 +966,26 @@ impl Drop for Ledger {
         // Deferred commits are durable before the ledger goes (closing the
         // last connection checkpoints, but another process may hold one).
         let _ = self.store.sync_deferred();
+    }
+}
+
+#[cfg(test)]
+mod stranded_tests {
+    use super::*;
+
+    #[test]
+    fn a_stranded_orphans_debug_shows_no_result() {
+        let id = ExecutionId::parse("op:round_0:c:t:v1").unwrap();
+        let stranded = Stranded {
+            attempt: AttemptId::new(id, 2),
+            kept: Some((
+                r#"{"card":"4111-secret"}"#.into(),
+                Some("ext-secret".into()),
+            )),
+            items: vec![(0, r#"{"item":"item-secret"}"#.into(), None)],
+        };
+        let shown = format!("{stranded:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(shown.contains("kept_items: 1"), "{shown}");
     }
 }
