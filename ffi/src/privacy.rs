@@ -86,7 +86,8 @@ pub enum ReasonKind {
     ToolError,
     /// The session running the call died.
     OwnerDied,
-    /// The session running the call stayed suspended past its lease.
+    /// The session running the call stayed suspended past its lease, and
+    /// its process is gone.
     SuspensionLapsed,
     /// The device rebooted while the call ran.
     Rebooted,

@@ -442,9 +442,10 @@ const MAX_BUSY_TIMEOUT_MS: u64 = 2_147_483_647;
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
 pub struct LedgerConfig {
     /// How long a suspended session stays the owner of the calls it was
-    /// running, in ms (boot clock, from `suspend()`); after that, other
-    /// sessions reconcile them. A running session owns its calls for as long
-    /// as it lives.
+    /// running whatever becomes of its process, in ms (boot clock, from
+    /// `suspend()`); after that, other sessions reconcile them once its
+    /// process is gone (a frozen app can be thawed and send). A running
+    /// session owns its calls for as long as it lives.
     #[uniffi(default = 60000)]
     pub lease_ms: u64,
     /// How long a write waits for another process's lock, in ms (at most

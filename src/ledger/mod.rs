@@ -51,6 +51,7 @@ mod inspect;
 mod jobs;
 mod owners;
 mod privacy;
+mod process;
 mod retention;
 mod session;
 mod steps;
@@ -105,10 +106,13 @@ use session::Sessions;
 #[derive(Debug, Clone)]
 pub struct LedgerConfig {
     /// How long a suspended session stays the owner of the calls it was
-    /// running, measured on the boot clock from `suspend()`. While it lasts,
-    /// other sessions answer `InFlight` for them; after it, they count as
-    /// abandoned and are reconciled. A running (not suspended) session is
-    /// owner for as long as it lives, however long a call takes.
+    /// running whatever becomes of its process, measured on the boot clock
+    /// from `suspend()`. While it lasts, other sessions answer `InFlight`
+    /// for them; after it, they stay `InFlight` while the session's process
+    /// may still run it (a frozen app can be thawed and send), and count as
+    /// abandoned and are reconciled once that process is gone. A running
+    /// (not suspended) session is owner for as long as it lives, however
+    /// long a call takes.
     pub lease: Duration,
     /// Bounds on argument JSON (and on stored results).
     pub json_limits: JsonLimits,
@@ -486,7 +490,8 @@ impl Ledger {
 
     /// Call at app start and after resume. Turns `executing` rows whose owner
     /// session is dead into `outcome_unknown` (a held lock means alive; a
-    /// suspended owner is alive until its lease lapses on the boot clock),
+    /// suspended owner is alive while its lease runs on the boot clock, and
+    /// after it while its process may still run it),
     /// deletes the rows and lock files of dead sessions, and returns every
     /// execution that needs attention: unknown outcomes, approvals pending,
     /// approved or retryable work, live in-flight rows and committed results
@@ -821,7 +826,7 @@ impl Ledger {
         self.abandoned.store(true, Ordering::Relaxed);
         self.flusher.stop();
         self.store.kill();
-        self.sessions.release();
+        self.sessions.abandon();
     }
 
     /// Makes every commit of this ledger durable now (one sync of the WAL).

@@ -4,12 +4,16 @@
 //! whatever any clock says. An owner whose lock is free or gone is alive only
 //! while its suspension mark covers it — `suspend()` writes the mark before
 //! it lets go of the lock, and the mark lasts `LedgerConfig::lease` on the
-//! boot clock, which cannot jump. Anything else is dead: the lock is free
-//! and no mark covers it, or the machine rebooted since. A probe that fails
-//! for any other reason counts as alive.
+//! boot clock, which cannot jump — or, past the lease or without a mark,
+//! while its process may still run it (its lock file is there, free, and
+//! `process` cannot show the process gone): a suspended process can be
+//! thawed and send. Anything else is dead: the lock file is free and the
+//! process is gone, no lock file and no mark that covers it, or the machine
+//! rebooted since. A probe that fails for any other reason counts as alive.
 
 use std::path::PathBuf;
 
+use super::process;
 use super::session::{Probe, Sessions};
 use super::Ledger;
 use crate::model::{Monotonic, SessionId};
@@ -37,8 +41,16 @@ pub(crate) const DEAD_SUSPENSION_LAPSED: &str = "owner session suspended past it
 pub(crate) const DEAD_REBOOTED: &str = "owner session ended with a reboot";
 
 /// Judges an owner from its lock probe and its registered row, at `now`
-/// (the boot clock). Pure: the lock and the row are read by the caller.
-pub(crate) fn judge(probe: Probe, row: Option<&SessionRow>, now: &Monotonic) -> Liveness {
+/// (the boot clock). `still_runs` answers, for an owner whose lock file is
+/// there and free and that no lease covers (lapsed, or no mark), whether
+/// its process may still run it (false only when provably not). Pure: the lock, the row and the
+/// process are read by the caller.
+pub(crate) fn judge(
+    probe: Probe,
+    row: Option<&SessionRow>,
+    now: &Monotonic,
+    still_runs: impl FnOnce(&SessionRow) -> bool,
+) -> Liveness {
     match probe {
         Probe::Held | Probe::Failed => return Liveness::Alive,
         Probe::Free | Probe::Absent => {}
@@ -47,6 +59,12 @@ pub(crate) fn judge(probe: Probe, row: Option<&SessionRow>, now: &Monotonic) -> 
         return Liveness::Dead(DEAD_LOCK_RELEASED);
     };
     let (Some(at), Some(lease)) = (row.suspended_ms, row.suspend_lease_ms) else {
+        // A free lock and no mark: the process died, or it let go without
+        // a mark (a `suspend()` whose mark a full disk refused). Only the
+        // first is death.
+        if probe == Probe::Free && still_runs(row) {
+            return Liveness::Alive;
+        }
         return Liveness::Dead(DEAD_LOCK_RELEASED);
     };
     let mark = Monotonic::new(row.boot_id.as_str(), at);
@@ -64,9 +82,25 @@ pub(crate) fn judge(probe: Probe, row: Option<&SessionRow>, now: &Monotonic) -> 
         Liveness::Suspended {
             remaining_ms: remaining,
         }
+    } else if probe == Probe::Free && still_runs(row) {
+        // Past its lease, but its process may be thawed and send: still
+        // owner. Ask again in a lease.
+        Liveness::Suspended {
+            remaining_ms: lease.max(1),
+        }
     } else {
         Liveness::Dead(DEAD_SUSPENSION_LAPSED)
     }
+}
+
+/// Does the process of `row`'s session, whose lock file is at `lock_path`,
+/// still run it? (See `process`.)
+fn runs_still(row: &SessionRow, lock_path: &std::path::Path) -> bool {
+    process::still_runs(
+        row.pid,
+        Sessions::recorded_start(lock_path),
+        &row.session_id,
+    )
 }
 
 impl Ledger {
@@ -94,12 +128,15 @@ impl Ledger {
             return Ok(Liveness::Alive);
         }
         let row = dao.session(session)?;
-        let probe = match self.lock_path_of(session, row.as_ref()) {
-            Some(path) => Sessions::probe(&path),
+        let path = self.lock_path_of(session, row.as_ref());
+        let probe = match &path {
+            Some(path) => Sessions::probe(path),
             // A private in-memory store has no other sessions.
             None => Probe::Absent,
         };
-        Ok(judge(probe, row.as_ref(), now))
+        Ok(judge(probe, row.as_ref(), now, |row| {
+            path.as_deref().is_some_and(|path| runs_still(row, path))
+        }))
     }
 
     /// Deletes the rows and lock files of sessions found dead (killed
@@ -117,7 +154,10 @@ impl Ledger {
                 continue;
             }
             let path = PathBuf::from(&row.lock_path);
-            if let Liveness::Dead(_) = judge(Sessions::probe(&path), Some(row), now) {
+            let liveness = judge(Sessions::probe(&path), Some(row), now, |row| {
+                runs_still(row, &path)
+            });
+            if let Liveness::Dead(_) = liveness {
                 if Sessions::clean(&path) {
                     dao.delete_session(&row.session_id)?;
                     cleaned += 1;
@@ -159,8 +199,8 @@ mod tests {
         let now = Monotonic::new("b", 10_000_000);
         let lapsed = row("a", Some((0, 1)));
         for probe in [Probe::Held, Probe::Failed] {
-            assert_eq!(judge(probe, Some(&lapsed), &now), Liveness::Alive);
-            assert_eq!(judge(probe, None, &now), Liveness::Alive);
+            assert_eq!(judge(probe, Some(&lapsed), &now, |_| true), Liveness::Alive);
+            assert_eq!(judge(probe, None, &now, |_| true), Liveness::Alive);
         }
     }
 
@@ -168,32 +208,97 @@ mod tests {
     fn a_free_lock_is_alive_only_under_a_valid_suspension_mark() {
         let now = Monotonic::new("b", 100_000);
         for probe in [Probe::Free, Probe::Absent] {
-            assert_eq!(judge(probe, None, &now), Liveness::Dead(DEAD_LOCK_RELEASED));
             assert_eq!(
-                judge(probe, Some(&row("b", None)), &now),
+                judge(probe, None, &now, |_| true),
                 Liveness::Dead(DEAD_LOCK_RELEASED)
             );
             assert_eq!(
-                judge(probe, Some(&row("b", Some((90_000, 60_000)))), &now),
+                judge(probe, Some(&row("b", None)), &now, |_| false),
+                Liveness::Dead(DEAD_LOCK_RELEASED)
+            );
+            assert_eq!(
+                judge(probe, Some(&row("b", Some((90_000, 60_000)))), &now, |_| {
+                    true
+                }),
                 Liveness::Suspended {
                     remaining_ms: 50_000
                 }
             );
             assert_eq!(
-                judge(probe, Some(&row("b", Some((40_000, 60_000)))), &now),
+                judge(probe, Some(&row("b", Some((40_000, 60_000)))), &now, |_| {
+                    false
+                }),
                 Liveness::Dead(DEAD_SUSPENSION_LAPSED)
             );
             // Suspended in another boot: the reboot ended it.
             assert_eq!(
-                judge(probe, Some(&row("a", Some((99_000, 60_000)))), &now),
+                judge(probe, Some(&row("a", Some((99_000, 60_000)))), &now, |_| {
+                    true
+                }),
                 Liveness::Dead(DEAD_REBOOTED)
             );
         }
         // Unknown boot ids: a boot clock behind the mark means a reboot.
         let now = Monotonic::new("", 5_000);
         assert_eq!(
-            judge(Probe::Free, Some(&row("", Some((90_000, 60_000)))), &now),
+            judge(
+                Probe::Free,
+                Some(&row("", Some((90_000, 60_000)))),
+                &now,
+                |_| true
+            ),
             Liveness::Dead(DEAD_REBOOTED)
+        );
+    }
+
+    #[test]
+    fn past_its_lease_a_suspended_owner_is_judged_by_its_process() {
+        let now = Monotonic::new("b", 100_000);
+        let lapsed = row("b", Some((40_000, 60_000)));
+        // Its lock file is there and free, its process runs: still owner,
+        // ask again in a lease.
+        assert_eq!(
+            judge(Probe::Free, Some(&lapsed), &now, |_| true),
+            Liveness::Suspended {
+                remaining_ms: 60_000
+            }
+        );
+        assert_eq!(
+            judge(Probe::Free, Some(&lapsed), &now, |_| false),
+            Liveness::Dead(DEAD_SUSPENSION_LAPSED)
+        );
+        // No lock file (dropped while suspended, or deleted): the lease
+        // alone, as before; the process is not even asked.
+        assert_eq!(
+            judge(Probe::Absent, Some(&lapsed), &now, |_| panic!("asked")),
+            Liveness::Dead(DEAD_SUSPENSION_LAPSED)
+        );
+        // Inside the lease, and without a mark, the process is not asked.
+        let inside = row("b", Some((90_000, 60_000)));
+        assert!(matches!(
+            judge(Probe::Free, Some(&inside), &now, |_| panic!("asked")),
+            Liveness::Suspended { .. }
+        ));
+        assert_eq!(
+            judge(Probe::Absent, Some(&row("b", None)), &now, |_| panic!(
+                "asked"
+            )),
+            Liveness::Dead(DEAD_LOCK_RELEASED)
+        );
+    }
+
+    #[test]
+    fn a_free_lock_without_a_mark_is_death_only_when_the_process_is_gone() {
+        // A `suspend()` whose mark could not be written (a full disk) lets go
+        // of the lock all the same: its process still runs it.
+        let now = Monotonic::new("b", 100_000);
+        assert_eq!(
+            judge(Probe::Free, Some(&row("b", None)), &now, |_| true),
+            Liveness::Alive
+        );
+        assert_eq!(
+            judge(Probe::Free, Some(&row("b", None)), &now, |_| false),
+            Liveness::Dead(DEAD_LOCK_RELEASED)
         );
     }
 }

@@ -41,7 +41,8 @@ pub enum ReasonKind {
     ToolError,
     /// The session running the call died (its lock was released).
     OwnerDied,
-    /// The session running the call was suspended past its lease.
+    /// The session running the call was suspended past its lease, and its
+    /// process is gone.
     SuspensionLapsed,
     /// The machine rebooted while the call ran.
     Rebooted,

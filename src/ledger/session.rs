@@ -26,6 +26,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::process;
 use crate::model::SessionId;
 use crate::store::ParentOnlyFd;
 
@@ -53,6 +54,9 @@ pub(crate) struct Sessions {
     /// deleting the file there would end the parent's ownership while the
     /// parent runs (see [`Sessions::forked`]).
     pid: u32,
+    /// Set by [`Sessions::abandon`]: the session ended as a killed process's
+    /// does, and dropping it touches nothing.
+    abandoned: std::sync::atomic::AtomicBool,
 }
 
 /// A held session lock file. A child made by `fork()` does not keep the
@@ -85,8 +89,10 @@ impl Sessions {
             own,
             held: Mutex::new(None),
             pid: std::process::id(),
+            abandoned: std::sync::atomic::AtomicBool::new(false),
         };
         sessions.acquire()?;
+        process::note_open(&sessions.own);
         Ok(sessions)
     }
 
@@ -138,6 +144,7 @@ impl Sessions {
             let (file, parent_only) = ParentOnlyFd::open(|| open_private(&path))?;
             file.lock()?;
             if same_file(&file, &path) {
+                record_process(&file, self.pid);
                 *held = Some(Held {
                     _parent_only: parent_only,
                     file,
@@ -170,6 +177,42 @@ impl Sessions {
                 let _ = held.file.unlock();
             }
         }
+    }
+
+    /// Ends this session as a killed process's ends: its lock is released,
+    /// its file and row stay, and this process no longer counts as running
+    /// it (`process`). Nothing in a forked child.
+    pub(crate) fn abandon(&self) {
+        if self.forked() {
+            return;
+        }
+        self.abandoned
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        process::note_closed(&self.own);
+        self.release();
+    }
+
+    /// The start time of the process that took the lock at `path`, as it
+    /// wrote it there (`None`: not written, by an older build or a failed
+    /// write, or unreadable).
+    pub(crate) fn recorded_start(path: &Path) -> Option<u64> {
+        use std::io::Read;
+        let mut options = OpenOptions::new();
+        options.read(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+        }
+        let file = options.open(path).ok()?;
+        if !file.metadata().ok()?.is_file() {
+            return None;
+        }
+        let mut text = String::new();
+        file.take(RECORD_MAX).read_to_string(&mut text).ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix("start "))
+            .and_then(|start| start.trim().parse().ok())
     }
 
     /// Is the lock at `path` held? Never deletes anything.
@@ -232,15 +275,47 @@ impl Drop for Sessions {
         // A forked child's copy: the lock and the file are the parent's.
         // (The child's descriptor was pointed at `/dev/null` at the fork,
         // see `ParentOnlyFd`; it is closed with the rest.)
-        if self.forked() {
+        if self.forked() || self.abandoned.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        // The owner deletes its own file while it still holds the lock.
-        if let (Some(path), true) = (self.own_lock_path(), self.holds_lock()) {
-            let _ = fs::remove_file(path);
+        process::note_closed(&self.own);
+        if let Some(path) = self.own_lock_path() {
+            if self.holds_lock() {
+                // The owner deletes its own file while it still holds the lock.
+                let _ = fs::remove_file(path);
+            } else {
+                // Dropped while suspended: the file goes too (taken and
+                // deleted as a cleaner does), so that no one takes this
+                // still-running process for a suspended owner that may
+                // come back.
+                let _ = Sessions::clean(&path);
+            }
         }
         self.release();
     }
+}
+
+/// The most of a lock file [`Sessions::recorded_start`] reads.
+const RECORD_MAX: u64 = 256;
+
+/// Writes into the lock file just taken which process holds it: its id and
+/// start time (`process`), read by another session judging a suspended
+/// owner past its lease. Best effort: a lock file without them only loses
+/// the check against a reused process id.
+fn record_process(file: &File, pid: u32) {
+    let mut record = format!("toolledger session lock\npid {pid}\n");
+    if let Some(start) = process::own_start() {
+        record.push_str(&format!("start {start}\n"));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        if file.set_len(0).is_ok() {
+            let _ = file.write_all_at(record.as_bytes(), 0);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (file, record);
 }
 
 /// True when `file` is the file now at `path`.

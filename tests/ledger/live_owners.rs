@@ -380,14 +380,14 @@ fn a_helper_forked_by_the_owner_does_not_keep_a_dead_owner_alive() {
 
 /// The owner suspends (iOS sends the app to the background) while its
 /// lookup tool is still before its request (resolving a host, refreshing a
-/// token). Its lease lapses (60 s) and another session takes the call over:
-/// the attempt becomes unknown *then*, and the landing window (120 s) is
-/// counted from there. The lookup says "not found" after the window and the
-/// other session resends. The app is brought back after five minutes and
-/// its tool, thawed, sends the request it was about to send.
+/// token). Its lease lapses (60 s). Were the call taken over then, the
+/// attempt would become unknown *then*, the landing window (120 s) would be
+/// counted from there, a lookup after it would say "not found" and the other
+/// session would resend; the app, brought back after five minutes, would
+/// send the request its thawed tool was about to send. Past the lease the
+/// owner's process still runs it, so it stays owner and nothing is resent.
+/// (The cross-process forms: `ownership::a_suspended_owner_process_past_its_lease_stays_owner_until_it_dies`.)
 #[test]
-#[ignore = "design: a lapsed suspension is not proof the owner cannot still send; \
-            the landing window counted from the takeover does not bound the owner's request"]
 fn a_suspended_owners_request_sent_after_a_takeover_is_not_a_second_effect() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");

@@ -276,6 +276,136 @@ fn a_stopped_owner_process_is_alive_until_it_dies() {
     ));
 }
 
+/// The child half of the suspended-process tests: opens the ledger (system
+/// clocks, a 300 ms lease), begins a call, suspends, says so with its
+/// session id, and waits to be killed.
+#[test]
+fn child_suspends_owning_a_call() {
+    let Ok(db) = std::env::var("TOOLLEDGER_CHILD_SUSPENDS") else {
+        return;
+    };
+    let config = LedgerConfig {
+        lease: Duration::from_millis(300),
+        ..LedgerConfig::default()
+    };
+    let ledger = Ledger::open(Path::new(&db), config).unwrap();
+    let Begin::Execute(_) = ledger.begin(&op("o"), 0, &spec("c1", "pay", "{}")).unwrap() else {
+        panic!()
+    };
+    ledger.suspend().unwrap();
+    println!("READY {}", ledger.session_id());
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// Starts `child_suspends_owning_a_call` on `db`; its process and session id.
+fn spawn_suspended_owner(db: &Path) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "ownership::child_suspends_owning_a_call",
+            "--nocapture",
+        ])
+        .env("TOOLLEDGER_CHILD_SUSPENDS", db)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let session = lines
+        .find_map(|l| l.unwrap().strip_prefix("READY ").map(str::to_owned))
+        .expect("the child never got ready");
+    (child, session)
+}
+
+fn signal(child: &std::process::Child, sig: &str) {
+    assert!(std::process::Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+}
+
+#[test]
+fn a_suspended_owner_process_past_its_lease_stays_owner_until_it_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.db");
+    let (mut child, session) = spawn_suspended_owner(&db);
+    let lock = dir.path().join(format!("l.db-sessions/{session}.lock"));
+    let ledger = Ledger::open(&db, LedgerConfig::default()).unwrap();
+    let s = spec("c1", "pay", "{}");
+    // Far past its 300 ms lease, and frozen (as iOS freezes a suspended
+    // app): its process may be thawed and send, so it is still owner.
+    std::thread::sleep(Duration::from_millis(600));
+    signal(&child, "-STOP");
+    match ledger.begin(&op("o"), 0, &s).unwrap() {
+        Begin::InFlight {
+            retry_after: Some(wait),
+            ..
+        } => assert_eq!(wait, Duration::from_millis(300)),
+        other => panic!("{other:?}"),
+    }
+    // Nor does recovery take it, or clean its row and lock file away.
+    assert_eq!(
+        ledger.recover().unwrap()[0].status,
+        ExecutionStatus::Executing
+    );
+    assert!(lock.exists());
+    signal(&child, "-CONT");
+    // Killed (and reaped): now the call is taken over.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let Begin::Reconcile(r) = ledger.begin(&op("o"), 0, &s).unwrap() else {
+        panic!()
+    };
+    assert_eq!(r.attempt, 1);
+    assert_eq!(
+        ledger
+            .get(&r.execution_id)
+            .unwrap()
+            .unwrap()
+            .last_reason
+            .as_deref(),
+        Some("owner session suspended past its lease")
+    );
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[test]
+fn a_reused_process_id_does_not_keep_a_suspended_owner_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.db");
+    let (mut child, session) = spawn_suspended_owner(&db);
+    let lock = dir.path().join(format!("l.db-sessions/{session}.lock"));
+    // The lock file records the start time of the process that took it.
+    let record = std::fs::read_to_string(&lock).unwrap();
+    let start: u64 = record
+        .lines()
+        .find_map(|l| l.strip_prefix("start "))
+        .expect("no start time recorded")
+        .parse()
+        .unwrap();
+    let ledger = Ledger::open(&db, LedgerConfig::default()).unwrap();
+    let s = spec("c1", "pay", "{}");
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(matches!(
+        ledger.begin(&op("o"), 0, &s).unwrap(),
+        Begin::InFlight { .. }
+    ));
+    // The process now at that id started at another time: it is not the
+    // owner's (the owner died and its id was reused).
+    std::fs::write(
+        &lock,
+        record.replace(&format!("start {start}"), &format!("start {}", start + 1)),
+    )
+    .unwrap();
+    assert!(matches!(
+        ledger.begin(&op("o"), 0, &s).unwrap(),
+        Begin::Reconcile(_)
+    ));
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 #[test]
 fn a_suspended_owner_is_alive_until_its_lease_lapses_on_the_boot_clock() {
     let dir = tempfile::tempdir().unwrap();
@@ -306,7 +436,29 @@ fn a_suspended_owner_is_alive_until_its_lease_lapses_on_the_boot_clock() {
         extension.begin(&op("o"), 0, &s).unwrap(),
         Begin::InFlight { .. }
     ));
+    // Past the lease, the app's process still runs it (the app is open in
+    // this process): a thawed app may still send, so it stays owner, and
+    // the extension is told to ask again in a lease.
     clock.advance(1);
+    match extension.begin(&op("o"), 0, &s).unwrap() {
+        Begin::InFlight {
+            retry_after: Some(wait),
+            ..
+        } => assert_eq!(wait, Duration::from_secs(60)),
+        other => panic!("{other:?}"),
+    }
+    clock.advance(86_400_000);
+    assert!(matches!(
+        extension.begin(&op("o"), 0, &s).unwrap(),
+        Begin::InFlight { .. }
+    ));
+    assert_eq!(
+        extension.get(&t.execution_id).unwrap().unwrap().status,
+        ExecutionStatus::Executing
+    );
+    // The process is killed while suspended: past the lease, the call is
+    // taken over.
+    app.abandon();
     let Begin::Reconcile(r) = extension.begin(&op("o"), 0, &s).unwrap() else {
         panic!()
     };
@@ -316,13 +468,67 @@ fn a_suspended_owner_is_alive_until_its_lease_lapses_on_the_boot_clock() {
         rec.last_reason.as_deref(),
         Some("owner session suspended past its lease")
     );
-    // The app comes back and its answer arrives: attempt 1 is still the
-    // current one (unknown), so the truth is recorded, once.
-    app.resume().unwrap();
-    app.commit(&t.attempt_id(), r#"{"paid":1}"#, None).unwrap();
+}
+
+#[test]
+fn a_suspended_owner_killed_inside_its_lease_stays_owner_until_the_lease_lapses() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (app, clock) = open_at(&path);
+    let extension = open_with(&path, &clock);
+    let s = spec("c1", "pay", "{}");
+    let Begin::Execute(t) = app.begin(&op("o"), 0, &s).unwrap() else {
+        panic!()
+    };
+    app.suspend().unwrap();
+    app.abandon();
+    drop(app);
+    // Its request may still be on its way: the lease holds, as before.
+    clock.advance(59_999);
     assert!(matches!(
         extension.begin(&op("o"), 0, &s).unwrap(),
-        Begin::Replay(_)
+        Begin::InFlight { .. }
+    ));
+    clock.advance(1);
+    assert!(matches!(
+        extension.begin(&op("o"), 0, &s).unwrap(),
+        Begin::Reconcile(_)
+    ));
+    assert_eq!(
+        extension.get(&t.execution_id).unwrap().unwrap().status,
+        ExecutionStatus::OutcomeUnknown
+    );
+}
+
+#[test]
+fn a_suspended_ledger_dropped_in_a_running_process_is_taken_over_past_its_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (app, clock) = open_at(&path);
+    let extension = open_with(&path, &clock);
+    let s = spec("c1", "pay", "{}");
+    let Begin::Execute(_) = app.begin(&op("o"), 0, &s).unwrap() else {
+        panic!()
+    };
+    app.suspend().unwrap();
+    let lock = dir
+        .path()
+        .join(format!("l.db-sessions/{}.lock", app.session_id()));
+    assert!(lock.exists());
+    // Dropped while suspended (nothing of it can send any more): its lock
+    // file goes with it, so the process that goes on running does not keep
+    // the call.
+    drop(app);
+    assert!(!lock.exists());
+    clock.advance(59_999);
+    assert!(matches!(
+        extension.begin(&op("o"), 0, &s).unwrap(),
+        Begin::InFlight { .. }
+    ));
+    clock.advance(1);
+    assert!(matches!(
+        extension.begin(&op("o"), 0, &s).unwrap(),
+        Begin::Reconcile(_)
     ));
 }
 
@@ -337,6 +543,14 @@ fn a_suspended_owner_that_comes_back_after_a_takeover_is_fenced() {
         panic!()
     };
     app.suspend().unwrap();
+    // Its lock file is gone (someone deleted it, or the owner runs in a
+    // process the extension cannot see): past the lease, the lease alone
+    // decides, and the extension takes the call over.
+    std::fs::remove_file(
+        dir.path()
+            .join(format!("l.db-sessions/{}.lock", app.session_id())),
+    )
+    .unwrap();
     clock.advance(60_000);
     let Begin::Reconcile(r) = extension.begin(&op("o"), 0, &s).unwrap() else {
         panic!()
