@@ -20,9 +20,10 @@
 //! ledger's fence (the schedules count how many it refused).
 //!
 //! A suspended session's process still runs it, so it stays owner past its
-//! lease; half the suspensions also delete its lock file (so that the lease
-//! alone decides, as for a process the others cannot see), which lets live
-//! owners' calls be taken over and their reports reach the fence.
+//! lease; half the suspensions also make its process one the others cannot
+//! match (`support::pretend_another_process`: the lease alone decides),
+//! which lets live owners' calls be taken over and their reports reach the
+//! fence.
 //!
 //! After every schedule, once the downstream is quiet and a last session has
 //! settled everything, the invariants are checked:
@@ -32,8 +33,8 @@
 //! - no tool started after its operation's cancellation returned;
 //! - every execution ends in a status that says what happened (committed ⇔
 //!   effect; failed, cancelled, rejected ⇔ none);
-//! - an owner is judged dead only after it was killed, or suspended with its
-//!   lock file deleted (read
+//! - an owner is judged dead only after it was killed, or suspended as a
+//!   process the others cannot match (read
 //!   from each execution's transition log), and a running attempt commits
 //!   only through the session that owns it.
 //!
@@ -172,8 +173,9 @@ struct World {
     violations: Vec<String>,
     sends: u64,
     /// Sessions that may rightly be judged dead: killed (a kill, a reboot)
-    /// or suspended with their lock file deleted at some point (their lease
-    /// may lapse; a suspension alone never makes a live process dead).
+    /// or suspended as a process the others cannot match at some point
+    /// (their lease may lapse; a suspension alone never makes a live
+    /// process dead).
     deadable: std::collections::BTreeSet<String>,
 }
 
@@ -618,19 +620,17 @@ async fn schedule(seed: u64, path: &Path) -> Result<Summary, String> {
                 } else {
                     session.suspended = true;
                     let _ = session.ledger.suspend();
-                    // Half the time the others cannot judge its process (its
-                    // lock file is gone: deleted, or the process is in a pid
-                    // namespace they cannot see), and the lease alone decides:
+                    // Half the time the others cannot match its process (its
+                    // id taken by another process, or a pid namespace they
+                    // cannot see), and the lease alone decides:
                     // its calls are taken over while it lives, and its later
                     // reports meet the fence.
                     if rng.below(2) == 0 {
-                        let lock = format!(
-                            "{}-sessions/{}.lock",
-                            path.display(),
-                            session.ledger.session_id()
-                        );
                         deadable(&world, session);
-                        let _ = std::fs::remove_file(lock);
+                        support::pretend_another_process(
+                            path,
+                            session.ledger.session_id().as_str(),
+                        );
                     }
                 }
             }
@@ -813,7 +813,7 @@ fn deadable(world: &Shared, session: &Session) {
 
 /// Ownership: an attempt's owner is judged dead (its outcome marked unknown
 /// for a reason of the owner's death) only if that owner was killed, or
-/// suspended with its lock file deleted, before (`deadable`), or by the settling session after every
+/// suspended as a process the others cannot match, before (`deadable`), or by the settling session after every
 /// other was killed; and a running attempt commits only through the session
 /// that owns it. Read from each execution's transition log (the
 /// `history` column: `at|transition|from|to|attempt|session[|reason]`): the

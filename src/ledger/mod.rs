@@ -964,10 +964,15 @@ impl Drop for Ledger {
         }
         // Best effort: a mark lost here only replays a stored result; a
         // session row left here is cleaned by the next session that opens.
-        let _ = self.write(Durability::Lazy, |dao| {
-            dao.delete_session(self.session_id())?;
-            Ok(())
-        });
+        if self
+            .write(Durability::Lazy, |dao| {
+                dao.delete_session(self.session_id())?;
+                Ok(())
+            })
+            .is_ok()
+        {
+            self.sessions.row_deleted();
+        }
         // Deferred commits are durable before the ledger goes (closing the
         // last connection checkpoints, but another process may hold one).
         let _ = self.store.sync_deferred();

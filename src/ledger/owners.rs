@@ -41,10 +41,10 @@ pub(crate) const DEAD_SUSPENSION_LAPSED: &str = "owner session suspended past it
 pub(crate) const DEAD_REBOOTED: &str = "owner session ended with a reboot";
 
 /// Judges an owner from its lock probe and its registered row, at `now`
-/// (the boot clock). `still_runs` answers, for an owner whose lock file is
-/// there and free and that no lease covers (lapsed, or no mark), whether
-/// its process may still run it (false only when provably not). Pure: the lock, the row and the
-/// process are read by the caller.
+/// (the boot clock). `still_runs` answers, for an owner whose lock is not
+/// held and that no lease covers (lapsed, or no mark) in this boot, whether
+/// its process may still run it (false only when provably not). Pure: the
+/// lock, the row and the process are read by the caller.
 pub(crate) fn judge(
     probe: Probe,
     row: Option<&SessionRow>,
@@ -59,10 +59,13 @@ pub(crate) fn judge(
         return Liveness::Dead(DEAD_LOCK_RELEASED);
     };
     let (Some(at), Some(lease)) = (row.suspended_ms, row.suspend_lease_ms) else {
-        // A free lock and no mark: the process died, or it let go without
-        // a mark (a `suspend()` whose mark a full disk refused). Only the
-        // first is death.
-        if probe == Probe::Free && still_runs(row) {
+        // A free or missing lock file and no mark: the process died, or it
+        // let go without a mark (a `suspend()` whose mark a full disk
+        // refused), or someone deleted its lock file. Only the first is
+        // death.
+        let same_boot =
+            row.boot_id.is_empty() || now.boot_id.is_empty() || *now.boot_id == *row.boot_id;
+        if same_boot && still_runs(row) {
             return Liveness::Alive;
         }
         return Liveness::Dead(DEAD_LOCK_RELEASED);
@@ -82,7 +85,7 @@ pub(crate) fn judge(
         Liveness::Suspended {
             remaining_ms: remaining,
         }
-    } else if probe == Probe::Free && still_runs(row) {
+    } else if still_runs(row) {
         // Past its lease, but its process may be thawed and send: still
         // owner. Ask again in a lease.
         Liveness::Suspended {
@@ -96,11 +99,8 @@ pub(crate) fn judge(
 /// Does the process of `row`'s session, whose lock file is at `lock_path`,
 /// still run it? (See `process`.)
 fn runs_still(row: &SessionRow, lock_path: &std::path::Path) -> bool {
-    process::still_runs(
-        row.pid,
-        Sessions::recorded_start(lock_path),
-        &row.session_id,
-    )
+    let record = Sessions::record_at(lock_path);
+    !record.closed && process::still_runs(row.pid, record.start, &row.session_id)
 }
 
 impl Ledger {
@@ -267,10 +267,16 @@ mod tests {
             judge(Probe::Free, Some(&lapsed), &now, |_| false),
             Liveness::Dead(DEAD_SUSPENSION_LAPSED)
         );
-        // No lock file (dropped while suspended, or deleted): the lease
-        // alone, as before; the process is not even asked.
+        // No lock file (deleted by someone): the process is asked all the
+        // same (by its id alone, the start time was in the file).
         assert_eq!(
-            judge(Probe::Absent, Some(&lapsed), &now, |_| panic!("asked")),
+            judge(Probe::Absent, Some(&lapsed), &now, |_| true),
+            Liveness::Suspended {
+                remaining_ms: 60_000
+            }
+        );
+        assert_eq!(
+            judge(Probe::Absent, Some(&lapsed), &now, |_| false),
             Liveness::Dead(DEAD_SUSPENSION_LAPSED)
         );
         // Inside the lease, and without a mark, the process is not asked.
@@ -279,8 +285,9 @@ mod tests {
             judge(Probe::Free, Some(&inside), &now, |_| panic!("asked")),
             Liveness::Suspended { .. }
         ));
+        // A row of another boot: whatever has its process id now is not it.
         assert_eq!(
-            judge(Probe::Absent, Some(&row("b", None)), &now, |_| panic!(
+            judge(Probe::Free, Some(&row("a", None)), &now, |_| panic!(
                 "asked"
             )),
             Liveness::Dead(DEAD_LOCK_RELEASED)
@@ -299,6 +306,11 @@ mod tests {
         assert_eq!(
             judge(Probe::Free, Some(&row("b", None)), &now, |_| false),
             Liveness::Dead(DEAD_LOCK_RELEASED)
+        );
+        // Its lock file deleted by someone while it runs: the same.
+        assert_eq!(
+            judge(Probe::Absent, Some(&row("b", None)), &now, |_| true),
+            Liveness::Alive
         );
     }
 }

@@ -57,6 +57,8 @@ pub(crate) struct Sessions {
     /// Set by [`Sessions::abandon`]: the session ended as a killed process's
     /// does, and dropping it touches nothing.
     abandoned: std::sync::atomic::AtomicBool,
+    /// Set by [`Sessions::row_deleted`].
+    row_deleted: std::sync::atomic::AtomicBool,
 }
 
 /// A held session lock file. A child made by `fork()` does not keep the
@@ -90,6 +92,7 @@ impl Sessions {
             held: Mutex::new(None),
             pid: std::process::id(),
             abandoned: std::sync::atomic::AtomicBool::new(false),
+            row_deleted: std::sync::atomic::AtomicBool::new(false),
         };
         sessions.acquire()?;
         process::note_open(&sessions.own);
@@ -192,10 +195,10 @@ impl Sessions {
         self.release();
     }
 
-    /// The start time of the process that took the lock at `path`, as it
-    /// wrote it there (`None`: not written, by an older build or a failed
-    /// write, or unreadable).
-    pub(crate) fn recorded_start(path: &Path) -> Option<u64> {
+    /// What the lock file at `path` says of its session: the start time of
+    /// the process that took it, and whether the session was closed (see
+    /// [`LockRecord`]). Nothing readable: an empty record.
+    pub(crate) fn record_at(path: &Path) -> LockRecord {
         use std::io::Read;
         let mut options = OpenOptions::new();
         options.read(true);
@@ -204,15 +207,32 @@ impl Sessions {
             use std::os::unix::fs::OpenOptionsExt;
             options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
         }
-        let file = options.open(path).ok()?;
-        if !file.metadata().ok()?.is_file() {
-            return None;
+        let Ok(file) = options.open(path) else {
+            return LockRecord::default();
+        };
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return LockRecord::default();
         }
         let mut text = String::new();
-        file.take(RECORD_MAX).read_to_string(&mut text).ok()?;
-        text.lines()
-            .find_map(|line| line.strip_prefix("start "))
-            .and_then(|start| start.trim().parse().ok())
+        if file.take(RECORD_MAX).read_to_string(&mut text).is_err() {
+            return LockRecord::default();
+        }
+        LockRecord {
+            closed: text.lines().any(|line| line == CLOSED),
+            start: text
+                .lines()
+                .find_map(|line| line.strip_prefix("start "))
+                .and_then(|start| start.trim().parse().ok()),
+        }
+    }
+
+    /// Notes that the ledger deleted this session's row as it closed: the
+    /// lock file can go too. Without it (the write failed, or the ledger
+    /// was suspended), the file is kept, marked closed, so that the row
+    /// left behind is not taken for a session its process still runs.
+    pub(crate) fn row_deleted(&self) {
+        self.row_deleted
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Is the lock at `path` held? Never deletes anything.
@@ -280,23 +300,58 @@ impl Drop for Sessions {
         }
         process::note_closed(&self.own);
         if let Some(path) = self.own_lock_path() {
-            if self.holds_lock() {
-                // The owner deletes its own file while it still holds the lock.
-                let _ = fs::remove_file(path);
-            } else {
-                // Dropped while suspended: the file goes too (taken and
-                // deleted as a cleaner does), so that no one takes this
-                // still-running process for a suspended owner that may
-                // come back.
-                let _ = Sessions::clean(&path);
+            let row_deleted = self.row_deleted.load(std::sync::atomic::Ordering::Relaxed);
+            if let Ok(held) = self.held.lock() {
+                if let Some(held) = held.as_ref() {
+                    // The owner ends its own file while it still holds the
+                    // lock: deleted with its row, else marked closed.
+                    if row_deleted {
+                        let _ = fs::remove_file(&path);
+                    } else {
+                        mark_closed(&held.file);
+                    }
+                }
+            }
+            if !self.holds_lock() {
+                // Dropped while suspended (its row stays, with its mark):
+                // the file is marked closed under its lock, taken back for
+                // the moment, so that no one takes this process, which may
+                // run on, for a suspended owner that may come back.
+                if let Ok(file) = open_lock_file(&path) {
+                    if file.try_lock().is_ok() {
+                        if same_file(&file, &path) {
+                            mark_closed(&file);
+                        }
+                        let _ = file.unlock();
+                    }
+                }
             }
         }
         self.release();
     }
 }
 
-/// The most of a lock file [`Sessions::recorded_start`] reads.
+/// What a lock file records of its session ([`Sessions::record_at`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LockRecord {
+    /// The session was closed (its ledger dropped): no process runs it.
+    pub(crate) closed: bool,
+    /// The start time of the process that took the lock (`process`).
+    pub(crate) start: Option<u64>,
+}
+
+/// The most of a lock file [`Sessions::record_at`] reads.
 const RECORD_MAX: u64 = 256;
+
+/// The line of a closed session's lock file.
+const CLOSED: &str = "closed";
+
+/// Rewrites a lock file as its session closes: closed, whatever process
+/// still runs (best effort: without it, the file says which process held
+/// it, and that process is asked).
+fn mark_closed(file: &File) {
+    write_record(file, &format!("toolledger session lock\n{CLOSED}\n"));
+}
 
 /// Writes into the lock file just taken which process holds it: its id and
 /// start time (`process`), read by another session judging a suspended
@@ -307,6 +362,12 @@ fn record_process(file: &File, pid: u32) {
     if let Some(start) = process::own_start() {
         record.push_str(&format!("start {start}\n"));
     }
+    write_record(file, &record);
+}
+
+/// Replaces the content of a lock file (best effort; a reader in between
+/// sees an empty record, which asks the process by its id alone).
+fn write_record(file: &File, record: &str) {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileExt;
@@ -400,8 +461,40 @@ mod tests {
         assert_eq!(Sessions::probe(&path), Probe::Held);
         assert!(!Sessions::clean(&path), "a held lock file is never cleaned");
         assert!(path.exists());
+        a.row_deleted();
         drop(a);
-        assert!(!path.exists(), "the owner deletes its own file");
+        assert!(
+            !path.exists(),
+            "the owner deletes its own file with its row"
+        );
+    }
+
+    #[test]
+    fn a_session_closed_without_its_row_deleted_leaves_its_file_marked_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("l.db");
+        for suspended in [false, true] {
+            let a = Sessions::start(Some(&db), SessionId::generate()).unwrap();
+            let path = a.own_lock_path().unwrap();
+            let record = Sessions::record_at(&path);
+            assert!(!record.closed);
+            assert_eq!(record.start, process::own_start());
+            if suspended {
+                a.release();
+            }
+            drop(a);
+            // Its row stays (a failed write, or a suspended ledger), so its
+            // file says the session is over, free for a cleaner.
+            assert_eq!(Sessions::probe(&path), Probe::Free, "{suspended}");
+            assert!(Sessions::record_at(&path).closed, "{suspended}");
+        }
+        // Abandoned (a killed process): the file stays as it was.
+        let a = Sessions::start(Some(&db), SessionId::generate()).unwrap();
+        let path = a.own_lock_path().unwrap();
+        a.abandon();
+        drop(a);
+        assert_eq!(Sessions::probe(&path), Probe::Free);
+        assert!(!Sessions::record_at(&path).closed);
     }
 
     #[test]

@@ -646,7 +646,6 @@ fn defect_a_directory_at_the_path_is_reported_as_a_hard_linked_file() {
 // ---------------------------------------------------------------------------
 
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_live_owner_whose_lock_file_was_deleted_is_judged_dead() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.db");
@@ -1099,7 +1098,6 @@ fn defect_a_truncated_file_reports_a_damaged_record_as_an_untyped_error() {
 /// to send; the other session follows the executor's rules for a lookup
 /// tool (look up, wait out the 120 s landing window, look up again, resend).
 #[test]
-#[ignore = "open: found by the twelfth session's review, not fixed yet (RELIABILITY.md, open findings)"]
 fn defect_a_live_owner_whose_lock_file_was_deleted_sends_after_another_session_resent() {
     use std::collections::HashMap;
     use std::sync::Mutex;

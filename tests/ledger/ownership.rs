@@ -516,10 +516,13 @@ fn a_suspended_ledger_dropped_in_a_running_process_is_taken_over_past_its_lease(
         .join(format!("l.db-sessions/{}.lock", app.session_id()));
     assert!(lock.exists());
     // Dropped while suspended (nothing of it can send any more): its lock
-    // file goes with it, so the process that goes on running does not keep
-    // the call.
+    // file says so, so the process that goes on running does not keep the
+    // call.
     drop(app);
-    assert!(!lock.exists());
+    assert!(std::fs::read_to_string(&lock)
+        .unwrap()
+        .lines()
+        .any(|l| l == "closed"));
     clock.advance(59_999);
     assert!(matches!(
         extension.begin(&op("o"), 0, &s).unwrap(),
@@ -543,14 +546,10 @@ fn a_suspended_owner_that_comes_back_after_a_takeover_is_fenced() {
         panic!()
     };
     app.suspend().unwrap();
-    // Its lock file is gone (someone deleted it, or the owner runs in a
-    // process the extension cannot see): past the lease, the lease alone
-    // decides, and the extension takes the call over.
-    std::fs::remove_file(
-        dir.path()
-            .join(format!("l.db-sessions/{}.lock", app.session_id())),
-    )
-    .unwrap();
+    // The owner runs in a process the extension cannot match (its id now
+    // another process's, or another pid namespace): past the lease, the
+    // lease alone decides, and the extension takes the call over.
+    assert!(pretend_another_process(&path, app.session_id().as_str()));
     clock.advance(60_000);
     let Begin::Reconcile(r) = extension.begin(&op("o"), 0, &s).unwrap() else {
         panic!()
@@ -650,7 +649,14 @@ fn a_probe_that_fails_counts_as_alive() {
         Begin::InFlight { .. }
     ));
     std::fs::remove_dir(&lock).unwrap();
-    // Gone entirely (and not suspended): dead.
+    // Gone entirely (and not suspended): its process still runs it (it is
+    // open here), so it is still alive; once that process is gone (the
+    // ledger abandoned, as a kill leaves it), dead.
+    assert!(matches!(
+        other.begin(&op("o"), 0, &s).unwrap(),
+        Begin::InFlight { .. }
+    ));
+    app.abandon();
     assert!(matches!(
         other.begin(&op("o"), 0, &s).unwrap(),
         Begin::Reconcile(_)

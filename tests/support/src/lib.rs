@@ -89,3 +89,30 @@ pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
 }
+
+/// Makes the session `session` of the ledger file `db` look, to the other
+/// sessions, like a process they cannot match: its lock file's recorded
+/// start time is moved by one (as when its process id now belongs to another
+/// process, or it runs in a pid namespace they cannot see). Past its lease
+/// (or without one) such an owner is judged by its lease alone. Returns
+/// false when the file records no start time (a platform without `/proc`).
+pub fn pretend_another_process(db: &Path, session: &str) -> bool {
+    let mut name = db.as_os_str().to_os_string();
+    name.push("-sessions");
+    let lock = Path::new(&name).join(format!("{session}.lock"));
+    let Ok(record) = std::fs::read_to_string(&lock) else {
+        return false;
+    };
+    let Some(start) = record
+        .lines()
+        .find_map(|l| l.strip_prefix("start "))
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        return false;
+    };
+    std::fs::write(
+        &lock,
+        record.replace(&format!("start {start}"), &format!("start {}", start + 1)),
+    )
+    .is_ok()
+}
