@@ -221,7 +221,8 @@ pub enum Begin {
     InFlight {
         /// The execution.
         execution_id: ExecutionId,
-        /// When to ask again, if known (a suspended owner's remaining lease).
+        /// When to ask again, if known: a suspended owner's remaining lease,
+        /// or past it (its process may still run it) a whole lease.
         retry_after: Option<Duration>,
     },
     /// The outcome is unknown: reconcile (lookup) before anything else.

@@ -687,7 +687,7 @@ impl Ledger {
         }
         let marked = self.mark_suspended();
         let closed = self.store.suspend().map_err(Error::from);
-        self.sessions.release();
+        self.sessions.release_suspended();
         marked.and(closed)
     }
 

@@ -43,13 +43,15 @@ pub(crate) const DEAD_REBOOTED: &str = "owner session ended with a reboot";
 /// Judges an owner from its lock probe and its registered row, at `now`
 /// (the boot clock). `still_runs` answers, for an owner whose lock is not
 /// held and that no lease covers (lapsed, or no mark) in this boot, whether
-/// its process may still run it (false only when provably not). Pure: the
-/// lock, the row and the process are read by the caller.
+/// its process may still run it (false only when provably not), and for a
+/// free lock file without a mark, also whether that file says the session
+/// let go of it to suspend ([`Needs`]). Pure: the lock, the row and the
+/// process are read by the caller.
 pub(crate) fn judge(
     probe: Probe,
     row: Option<&SessionRow>,
     now: &Monotonic,
-    still_runs: impl FnOnce(&SessionRow) -> bool,
+    still_runs: impl FnOnce(&SessionRow, Needs) -> bool,
 ) -> Liveness {
     match probe {
         Probe::Held | Probe::Failed => return Liveness::Alive,
@@ -65,7 +67,14 @@ pub(crate) fn judge(
         // death.
         let same_boot =
             row.boot_id.is_empty() || now.boot_id.is_empty() || *now.boot_id == *row.boot_id;
-        if same_boot && still_runs(row) {
+        // A free lock file must also say that its session let go of it to
+        // suspend: an `exec()` lets go of it too, and leaves no tool behind.
+        let needs = if probe == Probe::Free {
+            Needs::SaysSuspended
+        } else {
+            Needs::Process
+        };
+        if same_boot && still_runs(row, needs) {
             return Liveness::Alive;
         }
         return Liveness::Dead(DEAD_LOCK_RELEASED);
@@ -85,7 +94,7 @@ pub(crate) fn judge(
         Liveness::Suspended {
             remaining_ms: remaining,
         }
-    } else if still_runs(row) {
+    } else if still_runs(row, Needs::Process) {
         // Past its lease, but its process may be thawed and send: still
         // owner. Ask again in a lease.
         Liveness::Suspended {
@@ -98,9 +107,21 @@ pub(crate) fn judge(
 
 /// Does the process of `row`'s session, whose lock file is at `lock_path`,
 /// still run it? (See `process`.)
-fn runs_still(row: &SessionRow, lock_path: &std::path::Path) -> bool {
+fn runs_still(row: &SessionRow, lock_path: &std::path::Path, needs: Needs) -> bool {
     let record = Sessions::record_at(lock_path);
-    !record.closed && process::still_runs(row.pid, record.start, &row.session_id)
+    !record.closed
+        && (needs == Needs::Process || record.suspended)
+        && process::still_runs(row.pid, record.start, &row.session_id)
+}
+
+/// What [`judge`] asks of an owner's process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Needs {
+    /// That it may still run the session.
+    Process,
+    /// That, and that its lock file says the session let go of it to
+    /// suspend.
+    SaysSuspended,
 }
 
 impl Ledger {
@@ -134,8 +155,9 @@ impl Ledger {
             // A private in-memory store has no other sessions.
             None => Probe::Absent,
         };
-        Ok(judge(probe, row.as_ref(), now, |row| {
-            path.as_deref().is_some_and(|path| runs_still(row, path))
+        Ok(judge(probe, row.as_ref(), now, |row, needs| {
+            path.as_deref()
+                .is_some_and(|path| runs_still(row, path, needs))
         }))
     }
 
@@ -154,8 +176,8 @@ impl Ledger {
                 continue;
             }
             let path = PathBuf::from(&row.lock_path);
-            let liveness = judge(Sessions::probe(&path), Some(row), now, |row| {
-                runs_still(row, &path)
+            let liveness = judge(Sessions::probe(&path), Some(row), now, |row, needs| {
+                runs_still(row, &path, needs)
             });
             if let Liveness::Dead(_) = liveness {
                 if Sessions::clean(&path) {
@@ -199,8 +221,11 @@ mod tests {
         let now = Monotonic::new("b", 10_000_000);
         let lapsed = row("a", Some((0, 1)));
         for probe in [Probe::Held, Probe::Failed] {
-            assert_eq!(judge(probe, Some(&lapsed), &now, |_| true), Liveness::Alive);
-            assert_eq!(judge(probe, None, &now, |_| true), Liveness::Alive);
+            assert_eq!(
+                judge(probe, Some(&lapsed), &now, |_, _| true),
+                Liveness::Alive
+            );
+            assert_eq!(judge(probe, None, &now, |_, _| true), Liveness::Alive);
         }
     }
 
@@ -209,32 +234,41 @@ mod tests {
         let now = Monotonic::new("b", 100_000);
         for probe in [Probe::Free, Probe::Absent] {
             assert_eq!(
-                judge(probe, None, &now, |_| true),
+                judge(probe, None, &now, |_, _| true),
                 Liveness::Dead(DEAD_LOCK_RELEASED)
             );
             assert_eq!(
-                judge(probe, Some(&row("b", None)), &now, |_| false),
+                judge(probe, Some(&row("b", None)), &now, |_, _| false),
                 Liveness::Dead(DEAD_LOCK_RELEASED)
             );
             assert_eq!(
-                judge(probe, Some(&row("b", Some((90_000, 60_000)))), &now, |_| {
-                    true
-                }),
+                judge(
+                    probe,
+                    Some(&row("b", Some((90_000, 60_000)))),
+                    &now,
+                    |_, _| { true }
+                ),
                 Liveness::Suspended {
                     remaining_ms: 50_000
                 }
             );
             assert_eq!(
-                judge(probe, Some(&row("b", Some((40_000, 60_000)))), &now, |_| {
-                    false
-                }),
+                judge(
+                    probe,
+                    Some(&row("b", Some((40_000, 60_000)))),
+                    &now,
+                    |_, _| { false }
+                ),
                 Liveness::Dead(DEAD_SUSPENSION_LAPSED)
             );
             // Suspended in another boot: the reboot ended it.
             assert_eq!(
-                judge(probe, Some(&row("a", Some((99_000, 60_000)))), &now, |_| {
-                    true
-                }),
+                judge(
+                    probe,
+                    Some(&row("a", Some((99_000, 60_000)))),
+                    &now,
+                    |_, _| { true }
+                ),
                 Liveness::Dead(DEAD_REBOOTED)
             );
         }
@@ -245,7 +279,7 @@ mod tests {
                 Probe::Free,
                 Some(&row("", Some((90_000, 60_000)))),
                 &now,
-                |_| true
+                |_, _| true
             ),
             Liveness::Dead(DEAD_REBOOTED)
         );
@@ -258,40 +292,63 @@ mod tests {
         // Its lock file is there and free, its process runs: still owner,
         // ask again in a lease.
         assert_eq!(
-            judge(Probe::Free, Some(&lapsed), &now, |_| true),
+            judge(Probe::Free, Some(&lapsed), &now, |_, _| true),
             Liveness::Suspended {
                 remaining_ms: 60_000
             }
         );
         assert_eq!(
-            judge(Probe::Free, Some(&lapsed), &now, |_| false),
+            judge(Probe::Free, Some(&lapsed), &now, |_, _| false),
             Liveness::Dead(DEAD_SUSPENSION_LAPSED)
         );
         // No lock file (deleted by someone): the process is asked all the
         // same (by its id alone, the start time was in the file).
         assert_eq!(
-            judge(Probe::Absent, Some(&lapsed), &now, |_| true),
+            judge(Probe::Absent, Some(&lapsed), &now, |_, _| true),
             Liveness::Suspended {
                 remaining_ms: 60_000
             }
         );
         assert_eq!(
-            judge(Probe::Absent, Some(&lapsed), &now, |_| false),
+            judge(Probe::Absent, Some(&lapsed), &now, |_, _| false),
             Liveness::Dead(DEAD_SUSPENSION_LAPSED)
         );
         // Inside the lease, and without a mark, the process is not asked.
         let inside = row("b", Some((90_000, 60_000)));
         assert!(matches!(
-            judge(Probe::Free, Some(&inside), &now, |_| panic!("asked")),
+            judge(Probe::Free, Some(&inside), &now, |_, _| panic!("asked")),
             Liveness::Suspended { .. }
         ));
         // A row of another boot: whatever has its process id now is not it.
         assert_eq!(
-            judge(Probe::Free, Some(&row("a", None)), &now, |_| panic!(
+            judge(Probe::Free, Some(&row("a", None)), &now, |_, _| panic!(
                 "asked"
             )),
             Liveness::Dead(DEAD_LOCK_RELEASED)
         );
+    }
+
+    #[test]
+    fn without_a_mark_a_free_lock_file_must_also_say_it_was_let_go_to_suspend() {
+        let now = Monotonic::new("b", 100_000);
+        let no_mark = row("b", None);
+        let asked = std::cell::Cell::new(None);
+        let _ = judge(Probe::Free, Some(&no_mark), &now, |_, needs| {
+            asked.set(Some(needs));
+            true
+        });
+        assert_eq!(asked.get(), Some(Needs::SaysSuspended));
+        let _ = judge(Probe::Absent, Some(&no_mark), &now, |_, needs| {
+            asked.set(Some(needs));
+            true
+        });
+        assert_eq!(asked.get(), Some(Needs::Process));
+        let lapsed = row("b", Some((40_000, 60_000)));
+        let _ = judge(Probe::Free, Some(&lapsed), &now, |_, needs| {
+            asked.set(Some(needs));
+            true
+        });
+        assert_eq!(asked.get(), Some(Needs::Process));
     }
 
     #[test]
@@ -300,16 +357,16 @@ mod tests {
         // of the lock all the same: its process still runs it.
         let now = Monotonic::new("b", 100_000);
         assert_eq!(
-            judge(Probe::Free, Some(&row("b", None)), &now, |_| true),
+            judge(Probe::Free, Some(&row("b", None)), &now, |_, _| true),
             Liveness::Alive
         );
         assert_eq!(
-            judge(Probe::Free, Some(&row("b", None)), &now, |_| false),
+            judge(Probe::Free, Some(&row("b", None)), &now, |_, _| false),
             Liveness::Dead(DEAD_LOCK_RELEASED)
         );
         // Its lock file deleted by someone while it runs: the same.
         assert_eq!(
-            judge(Probe::Absent, Some(&row("b", None)), &now, |_| true),
+            judge(Probe::Absent, Some(&row("b", None)), &now, |_, _| true),
             Liveness::Alive
         );
     }

@@ -22,7 +22,7 @@
 //!   process-wide [`OPEN_HERE`] set): dropped or abandoned, it is not.
 
 use std::collections::BTreeSet;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use crate::model::SessionId;
 
@@ -52,10 +52,23 @@ fn open_here(session: &SessionId) -> bool {
         .unwrap_or(true)
 }
 
-/// This process's start time, as [`start_of`] reads it (once).
+/// This process's start time, as [`start_of`] reads it (once per process:
+/// a child made by `fork()` inherits the parent's cache, and reads its own).
 pub(crate) fn own_start() -> Option<u64> {
-    static OWN: OnceLock<Option<u64>> = OnceLock::new();
-    *OWN.get_or_init(|| start_of(std::process::id()).and_then(|(_, start)| start))
+    static OWN: Mutex<Option<(u32, Option<u64>)>> = Mutex::new(None);
+    let pid = std::process::id();
+    let read = || start_of(pid).and_then(|(_, start)| start);
+    let Ok(mut own) = OWN.lock() else {
+        return read();
+    };
+    match *own {
+        Some((cached, start)) if cached == pid => start,
+        _ => {
+            let start = read();
+            *own = Some((pid, start));
+            start
+        }
+    }
 }
 
 /// Does the process `pid`, started at `recorded_start` (when known), still
@@ -84,13 +97,29 @@ pub(crate) fn still_runs(pid: i64, recorded_start: Option<u64>, session: &Sessio
     }
     match start_of(pid) {
         Some((state, start)) => {
-            if matches!(state, 'Z' | 'X') {
+            if matches!((recorded_start, start), (Some(r), Some(s)) if r != s) {
                 return false;
             }
-            !matches!((recorded_start, start), (Some(r), Some(s)) if r != s)
+            // A zombie sends nothing. But the process shows as one as soon as
+            // its main thread has exited, while its other threads run on.
+            !matches!(state, 'Z' | 'X') || a_thread_runs(pid)
         }
         None => true,
     }
+}
+
+/// True when a thread of process `pid` is neither a zombie nor dead (from
+/// `/proc/<pid>/task`; false where that cannot be listed).
+fn a_thread_runs(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).any(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|stat| parse_stat(&stat))
+            .is_some_and(|(state, _)| !matches!(state, 'Z' | 'X'))
+    })
 }
 
 /// True unless `kill(pid, 0)` says there is no such process (`ESRCH`):

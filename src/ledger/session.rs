@@ -169,8 +169,25 @@ impl Sessions {
         std::process::id() != self.pid
     }
 
-    /// Releases this session's lock (suspension). The file stays. Nothing
-    /// in a forked child (the lock is the parent's).
+    /// Releases this session's lock for a suspension: the lock file first
+    /// says so (`suspended`), so that a suspension whose mark the database
+    /// refused (a full disk) is still told apart from a process that let
+    /// go of the lock otherwise (an `exec()`, which closes it). The file
+    /// stays. Nothing in a forked child.
+    pub(crate) fn release_suspended(&self) {
+        if self.forked() {
+            return;
+        }
+        if let Ok(held) = self.held.lock() {
+            if let Some(held) = held.as_ref() {
+                write_record(&held.file, &process_record(self.pid, true));
+            }
+        }
+        self.release();
+    }
+
+    /// Releases this session's lock. The file stays. Nothing in a forked
+    /// child (the lock is the parent's).
     pub(crate) fn release(&self) {
         if self.forked() {
             return;
@@ -219,6 +236,7 @@ impl Sessions {
         }
         LockRecord {
             closed: text.lines().any(|line| line == CLOSED),
+            suspended: text.lines().any(|line| line == SUSPENDED),
             start: text
                 .lines()
                 .find_map(|line| line.strip_prefix("start "))
@@ -314,16 +332,13 @@ impl Drop for Sessions {
             }
             if !self.holds_lock() {
                 // Dropped while suspended (its row stays, with its mark):
-                // the file is marked closed under its lock, taken back for
-                // the moment, so that no one takes this process, which may
-                // run on, for a suspended owner that may come back.
+                // the file is marked closed, so that no one takes this
+                // process, which may run on, for a suspended owner that may
+                // come back. Not under its lock: another session's probe
+                // may hold that for an instant, and only this session
+                // writes the file (a cleaner only deletes it).
                 if let Ok(file) = open_lock_file(&path) {
-                    if file.try_lock().is_ok() {
-                        if same_file(&file, &path) {
-                            mark_closed(&file);
-                        }
-                        let _ = file.unlock();
-                    }
+                    mark_closed(&file);
                 }
             }
         }
@@ -336,6 +351,9 @@ impl Drop for Sessions {
 pub(crate) struct LockRecord {
     /// The session was closed (its ledger dropped): no process runs it.
     pub(crate) closed: bool,
+    /// The session let go of its lock to suspend (not by closing it, nor
+    /// by an `exec()` or a death of its process).
+    pub(crate) suspended: bool,
     /// The start time of the process that took the lock (`process`).
     pub(crate) start: Option<u64>,
 }
@@ -345,6 +363,14 @@ const RECORD_MAX: u64 = 256;
 
 /// The line of a closed session's lock file.
 const CLOSED: &str = "closed";
+
+/// The line of a suspended session's lock file.
+const SUSPENDED: &str = "suspended";
+
+/// Every record is written at this length (padded), over the one before:
+/// a rewrite needs no new block of the disk, so a full disk does not stop
+/// it, and the file never shrinks to nothing in between.
+const RECORD_LEN: usize = 128;
 
 /// Rewrites a lock file as its session closes: closed, whatever process
 /// still runs (best effort: without it, the file says which process held
@@ -358,25 +384,43 @@ fn mark_closed(file: &File) {
 /// owner past its lease. Best effort: a lock file without them only loses
 /// the check against a reused process id.
 fn record_process(file: &File, pid: u32) {
+    write_record(file, &process_record(pid, false));
+}
+
+/// The record of a session held (or released to suspend) by process `pid`.
+fn process_record(pid: u32, suspended: bool) -> String {
     let mut record = format!("toolledger session lock\npid {pid}\n");
     if let Some(start) = process::own_start() {
         record.push_str(&format!("start {start}\n"));
     }
-    write_record(file, &record);
+    if suspended {
+        record.push_str(SUSPENDED);
+        record.push('\n');
+    }
+    record
 }
 
-/// Replaces the content of a lock file (best effort; a reader in between
-/// sees an empty record, which asks the process by its id alone).
+/// Replaces the content of a lock file with `record`, padded to
+/// [`RECORD_LEN`] (best effort: a lock file that says less only asks the
+/// process by its id, or counts a let-go lock as death, as before).
 fn write_record(file: &File, record: &str) {
+    let mut bytes = record.as_bytes().to_vec();
+    if bytes.len() < RECORD_LEN {
+        bytes.resize(RECORD_LEN - 1, b' ');
+        bytes.push(b'\n');
+    }
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileExt;
-        if file.set_len(0).is_ok() {
-            let _ = file.write_all_at(record.as_bytes(), 0);
+        if file.write_all_at(&bytes, 0).is_ok() && bytes.len() == RECORD_LEN {
+            // Only ever longer than a record written by an older build.
+            if file.metadata().is_ok_and(|m| m.len() > RECORD_LEN as u64) {
+                let _ = file.set_len(RECORD_LEN as u64);
+            }
         }
     }
     #[cfg(not(unix))]
-    let _ = (file, record);
+    let _ = (file, bytes);
 }
 
 /// True when `file` is the file now at `path`.

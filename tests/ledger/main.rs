@@ -45,6 +45,7 @@ mod reconciliation;
 mod reentrancy_review;
 mod retention;
 mod retention_review;
+mod rev13_review;
 mod round_faults;
 mod sqlite_build;
 mod storage_faults;

@@ -536,6 +536,54 @@ fn a_suspended_ledger_dropped_in_a_running_process_is_taken_over_past_its_lease(
 }
 
 #[test]
+fn a_suspension_whose_mark_the_database_refused_still_keeps_its_live_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let (app, clock) = open_at(&path);
+    let extension = open_with(&path, &clock);
+    let s = spec("c1", "pay", "{}");
+    let Begin::Execute(t) = app.begin(&op("o"), 0, &s).unwrap() else {
+        panic!()
+    };
+    app.suspend().unwrap();
+    // As if the mark had been refused (a full disk): the row says nothing
+    // of the suspension, the lock is free; the lock file says suspended.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE sessions SET suspended_ms = NULL, suspend_lease_ms = NULL
+             WHERE session_id = ?1",
+            [app.session_id().as_str()],
+        )
+        .unwrap();
+    let lock = dir
+        .path()
+        .join(format!("l.db-sessions/{}.lock", app.session_id()));
+    assert!(std::fs::read_to_string(&lock)
+        .unwrap()
+        .lines()
+        .any(|l| l == "suspended"));
+    clock.advance(86_400_000);
+    assert!(matches!(
+        extension.begin(&op("o"), 0, &s).unwrap(),
+        Begin::InFlight {
+            retry_after: None,
+            ..
+        }
+    ));
+    assert_eq!(
+        extension.get(&t.execution_id).unwrap().unwrap().status,
+        ExecutionStatus::Executing
+    );
+    // Once its process is gone, dead at once (no lease was recorded).
+    app.abandon();
+    assert!(matches!(
+        extension.begin(&op("o"), 0, &s).unwrap(),
+        Begin::Reconcile(_)
+    ));
+}
+
+#[test]
 fn a_suspended_owner_that_comes_back_after_a_takeover_is_fenced() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
