@@ -23,7 +23,7 @@ fn short_lease() -> LedgerConfig {
 fn variant(b: &Begin) -> String {
     let shown = format!("{b:?}");
     shown
-        .split(|c: char| c == '(' || c == ' ' || c == '{')
+        .split(['(', ' ', '{'])
         .next()
         .unwrap()
         .to_owned()
