@@ -345,7 +345,7 @@ impl Ledger {
         let lock_path = lock_path.to_string_lossy().into_owned();
         let now = self.now();
         let mono = self.clock.monotonic();
-        self.write(Durability::Lazy, |dao| {
+        let dead = self.write(Durability::Lazy, |dao| {
             dao.register_session(
                 self.session_id(),
                 &lock_path,
@@ -353,9 +353,9 @@ impl Ledger {
                 now,
                 std::process::id(),
             )?;
-            self.clean_dead_sessions(dao, &mono)?;
-            Ok(())
+            Ok(self.clean_dead_sessions(dao, &mono)?)
         })?;
+        Ledger::clean_lock_files(dead);
         self.registered.store(true, Ordering::Relaxed);
         Ok(())
     }
@@ -618,8 +618,12 @@ impl Ledger {
                     }
                 }
             }
-            self.clean_dead_sessions(dao, &mono)?;
-            Ok((pending, marked))
+            let dead = self.clean_dead_sessions(dao, &mono)?;
+            Ok((pending, marked, dead))
+        })
+        .map(|(pending, marked, dead)| {
+            Ledger::clean_lock_files(dead);
+            (pending, marked)
         })
     }
 
@@ -683,6 +687,9 @@ impl Ledger {
         }
         let _one_at_a_time = self.lifecycle();
         if self.store.is_suspended() {
+            // Suspended already; a lock taken since (a resume that failed
+            // after taking it) is let go all the same.
+            self.sessions.release_suspended();
             return Ok(());
         }
         let marked = self.mark_suspended();
@@ -771,7 +778,12 @@ impl Ledger {
             self.sessions
                 .acquire()
                 .map_err(|e| Error::Session(e.kind().to_string()))?;
-            self.store.resume()?;
+            if let Err(e) = self.store.resume() {
+                // Still suspended: no lock held while the app may be frozen
+                // (iOS kills an app that holds one in a shared container).
+                self.sessions.release_suspended();
+                return Err(e.into());
+            }
             // Active again: the lock says so; the row must not say "suspended".
             self.register()?;
         }

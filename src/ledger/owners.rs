@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 
 use super::process;
-use super::session::{Probe, Sessions};
+use super::session::{LockRecord, Probe, Sessions};
 use super::Ledger;
 use crate::model::{Monotonic, SessionId};
 use crate::store::{Dao, SessionRow};
@@ -43,38 +43,43 @@ pub(crate) const DEAD_REBOOTED: &str = "owner session ended with a reboot";
 /// Judges an owner from its lock probe and its registered row, at `now`
 /// (the boot clock). `still_runs` answers, for an owner whose lock is not
 /// held and that no lease covers (lapsed, or no mark) in this boot, whether
-/// its process may still run it (false only when provably not), and for a
-/// free lock file without a mark, also whether that file says the session
-/// let go of it to suspend ([`Needs`]). Pure: the lock, the row and the
-/// process are read by the caller.
+/// its process may still run it (false only when provably not), given what
+/// its lock file must say for that ([`Needs`]). Pure: the lock, its record,
+/// the row and the process are read by the caller.
 pub(crate) fn judge(
     probe: Probe,
     row: Option<&SessionRow>,
     now: &Monotonic,
-    still_runs: impl FnOnce(&SessionRow, Needs) -> bool,
+    still_runs: impl FnOnce(Needs) -> bool,
 ) -> Liveness {
     match probe {
         Probe::Held | Probe::Failed => return Liveness::Alive,
         Probe::Free | Probe::Absent => {}
     }
     let Some(row) = row else {
+        // No row (its registration was refused, or an older build's
+        // session): only a lock file that says its session let go of it to
+        // suspend, and names a process that may still run it, is alive.
+        if probe == Probe::Free && still_runs(Needs::SaysSuspended) {
+            return Liveness::Alive;
+        }
         return Liveness::Dead(DEAD_LOCK_RELEASED);
     };
     let (Some(at), Some(lease)) = (row.suspended_ms, row.suspend_lease_ms) else {
         // A free or missing lock file and no mark: the process died, or it
-        // let go without a mark (a `suspend()` whose mark a full disk
+        // let go without a mark (a `suspend()` whose mark the database
         // refused), or someone deleted its lock file. Only the first is
-        // death.
+        // death. A free lock file must also say that its session let go of
+        // it to suspend: an `exec()` lets go of it too, and leaves no tool
+        // behind.
         let same_boot =
             row.boot_id.is_empty() || now.boot_id.is_empty() || *now.boot_id == *row.boot_id;
-        // A free lock file must also say that its session let go of it to
-        // suspend: an `exec()` lets go of it too, and leaves no tool behind.
         let needs = if probe == Probe::Free {
             Needs::SaysSuspended
         } else {
-            Needs::Process
+            Needs::ById
         };
-        if same_boot && still_runs(row, needs) {
+        if same_boot && still_runs(needs) {
             return Liveness::Alive;
         }
         return Liveness::Dead(DEAD_LOCK_RELEASED);
@@ -90,11 +95,16 @@ pub(crate) fn judge(
         return Liveness::Dead(DEAD_REBOOTED);
     }
     let remaining = lease.saturating_sub(now.since(&mark));
+    let needs = if probe == Probe::Free {
+        Needs::Recorded
+    } else {
+        Needs::ById
+    };
     if remaining > 0 {
         Liveness::Suspended {
             remaining_ms: remaining,
         }
-    } else if still_runs(row, Needs::Process) {
+    } else if still_runs(needs) {
         // Past its lease, but its process may be thawed and send: still
         // owner. Ask again in a lease.
         Liveness::Suspended {
@@ -105,23 +115,50 @@ pub(crate) fn judge(
     }
 }
 
-/// Does the process of `row`'s session, whose lock file is at `lock_path`,
-/// still run it? (See `process`.)
-fn runs_still(row: &SessionRow, lock_path: &std::path::Path, needs: Needs) -> bool {
-    let record = Sessions::record_at(lock_path);
-    !record.closed
-        && (needs == Needs::Process || record.suspended)
-        && process::still_runs(row.pid, record.start, &row.session_id)
-}
-
-/// What [`judge`] asks of an owner's process.
+/// What [`judge`] asks of an owner's lock file before its process is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Needs {
-    /// That it may still run the session.
-    Process,
-    /// That, and that its lock file says the session let go of it to
-    /// suspend.
+    /// The file is there and free, and no mark covers the session: the
+    /// file must say the session let go of it to suspend.
     SaysSuspended,
+    /// The file is there and free, past the session's lease: the file must
+    /// name its process (an older build's empty file is judged by the lease
+    /// alone, as that build was).
+    Recorded,
+    /// The file is gone: the process is asked by the row's id alone.
+    ById,
+}
+
+/// Does the process of `session` (its row, if any, and its lock file's
+/// `record`) still run it, given what `needs` asks of the file? (See
+/// `process`.)
+fn runs_still(
+    session: &SessionId,
+    row: Option<&SessionRow>,
+    record: &LockRecord,
+    needs: Needs,
+) -> bool {
+    if record.closed {
+        return false;
+    }
+    let said = match needs {
+        Needs::SaysSuspended => record.suspended,
+        Needs::Recorded => record.pid.is_some(),
+        Needs::ById => true,
+    };
+    let Some(pid) = row.map(|row| row.pid).or(record.pid) else {
+        return false;
+    };
+    said && process::still_runs(pid, record.start, session)
+}
+
+/// Probes the lock file at `path`, with its record (none for a private
+/// in-memory store, which has no other sessions).
+fn observe(path: Option<&std::path::Path>) -> (Probe, LockRecord) {
+    match path {
+        Some(path) => Sessions::observe(path),
+        None => (Probe::Absent, LockRecord::default()),
+    }
 }
 
 impl Ledger {
@@ -150,53 +187,105 @@ impl Ledger {
         }
         let row = dao.session(session)?;
         let path = self.lock_path_of(session, row.as_ref());
-        let probe = match &path {
-            Some(path) => Sessions::probe(path),
-            // A private in-memory store has no other sessions.
-            None => Probe::Absent,
-        };
-        Ok(judge(probe, row.as_ref(), now, |row, needs| {
-            path.as_deref()
-                .is_some_and(|path| runs_still(row, path, needs))
+        let (probe, record) = observe(path.as_deref());
+        Ok(judge(probe, row.as_ref(), now, |needs| {
+            runs_still(session, row.as_ref(), &record, needs)
         }))
     }
 
-    /// Deletes the rows and lock files of sessions found dead (killed
-    /// processes leave them behind). Rows of live or suspended sessions, and
-    /// lock files anyone holds, are never touched.
+    /// Is any other session of this file alive (registered or not)? For a
+    /// change that no other session may see half done.
+    pub(crate) fn others_alive(
+        &self,
+        dao: &Dao<'_>,
+        now: &Monotonic,
+    ) -> crate::store::Result<bool> {
+        let rows = dao.sessions()?;
+        for row in rows.iter().filter(|r| &r.session_id != self.session_id()) {
+            if !matches!(
+                self.liveness_of(dao, Some(&row.session_id), now)?,
+                Liveness::Dead(_)
+            ) {
+                return Ok(true);
+            }
+        }
+        Ok(self.unregistered(&rows).into_iter().any(|(session, path)| {
+            let (probe, record) = Sessions::observe(&path);
+            !matches!(
+                judge(probe, None, now, |needs| runs_still(
+                    &session, None, &record, needs
+                )),
+                Liveness::Dead(_)
+            )
+        }))
+    }
+
+    /// The lock files in the sessions directory of sessions without a row
+    /// in `rows` (an older build's, or one whose registration was refused),
+    /// other than this session's.
+    fn unregistered(&self, rows: &[SessionRow]) -> Vec<(SessionId, PathBuf)> {
+        self.sessions
+            .lock_files()
+            .into_iter()
+            .filter(|(session, _)| {
+                session != self.session_id() && !rows.iter().any(|r| &r.session_id == session)
+            })
+            .collect()
+    }
+
+    /// Deletes the rows of sessions found dead (killed processes leave them
+    /// behind) and returns their lock files, with those of dead sessions
+    /// without a row, for [`Ledger::clean_lock_files`] once the caller's
+    /// transaction commits: a file deleted by a transaction that then rolled
+    /// back would leave a row whose process can only be judged by its id.
+    /// Rows of live or suspended sessions, and lock files anyone holds, are
+    /// never touched.
     pub(crate) fn clean_dead_sessions(
         &self,
         dao: &Dao<'_>,
         now: &Monotonic,
-    ) -> crate::store::Result<usize> {
-        let mut cleaned = 0;
+    ) -> crate::store::Result<Vec<PathBuf>> {
+        let mut dead = Vec::new();
         let rows = dao.sessions()?;
         for row in &rows {
             if &row.session_id == self.session_id() {
                 continue;
             }
             let path = PathBuf::from(&row.lock_path);
-            let liveness = judge(Sessions::probe(&path), Some(row), now, |row, needs| {
-                runs_still(row, &path, needs)
+            let (probe, record) = Sessions::observe(&path);
+            let liveness = judge(probe, Some(row), now, |needs| {
+                runs_still(&row.session_id, Some(row), &record, needs)
             });
             if let Liveness::Dead(_) = liveness {
-                if Sessions::clean(&path) {
-                    dao.delete_session(&row.session_id)?;
-                    cleaned += 1;
-                }
+                dao.delete_session(&row.session_id)?;
+                dead.push(path);
             }
         }
-        // Lock files without a row (sessions of an older build, or a row
-        // never written): a free one belongs to a dead session.
-        for (session, path) in self.sessions.lock_files() {
-            if &session == self.session_id() || rows.iter().any(|r| r.session_id == session) {
-                continue;
-            }
-            if Sessions::probe(&path) == Probe::Free && Sessions::clean(&path) {
-                cleaned += 1;
+        for (session, path) in self.unregistered(&rows) {
+            let (probe, record) = Sessions::observe(&path);
+            if probe == Probe::Free
+                && matches!(
+                    judge(probe, None, now, |needs| runs_still(
+                        &session, None, &record, needs
+                    )),
+                    Liveness::Dead(_)
+                )
+            {
+                dead.push(path);
             }
         }
-        Ok(cleaned)
+        Ok(dead)
+    }
+
+    /// Deletes the lock files [`Ledger::clean_dead_sessions`] returned, once
+    /// the transaction that deleted their rows has committed. A file whose
+    /// lock someone holds again is left (see [`Sessions::clean`]). The
+    /// number of files gone.
+    pub(crate) fn clean_lock_files(paths: Vec<PathBuf>) -> usize {
+        paths
+            .into_iter()
+            .filter(|path| Sessions::clean(path))
+            .count()
     }
 }
 
@@ -221,11 +310,8 @@ mod tests {
         let now = Monotonic::new("b", 10_000_000);
         let lapsed = row("a", Some((0, 1)));
         for probe in [Probe::Held, Probe::Failed] {
-            assert_eq!(
-                judge(probe, Some(&lapsed), &now, |_, _| true),
-                Liveness::Alive
-            );
-            assert_eq!(judge(probe, None, &now, |_, _| true), Liveness::Alive);
+            assert_eq!(judge(probe, Some(&lapsed), &now, |_| true), Liveness::Alive);
+            assert_eq!(judge(probe, None, &now, |_| true), Liveness::Alive);
         }
     }
 
@@ -234,41 +320,32 @@ mod tests {
         let now = Monotonic::new("b", 100_000);
         for probe in [Probe::Free, Probe::Absent] {
             assert_eq!(
-                judge(probe, None, &now, |_, _| true),
+                judge(probe, None, &now, |_| false),
                 Liveness::Dead(DEAD_LOCK_RELEASED)
             );
             assert_eq!(
-                judge(probe, Some(&row("b", None)), &now, |_, _| false),
+                judge(probe, Some(&row("b", None)), &now, |_| false),
                 Liveness::Dead(DEAD_LOCK_RELEASED)
             );
             assert_eq!(
-                judge(
-                    probe,
-                    Some(&row("b", Some((90_000, 60_000)))),
-                    &now,
-                    |_, _| { true }
-                ),
+                judge(probe, Some(&row("b", Some((90_000, 60_000)))), &now, |_| {
+                    true
+                }),
                 Liveness::Suspended {
                     remaining_ms: 50_000
                 }
             );
             assert_eq!(
-                judge(
-                    probe,
-                    Some(&row("b", Some((40_000, 60_000)))),
-                    &now,
-                    |_, _| { false }
-                ),
+                judge(probe, Some(&row("b", Some((40_000, 60_000)))), &now, |_| {
+                    false
+                }),
                 Liveness::Dead(DEAD_SUSPENSION_LAPSED)
             );
             // Suspended in another boot: the reboot ended it.
             assert_eq!(
-                judge(
-                    probe,
-                    Some(&row("a", Some((99_000, 60_000)))),
-                    &now,
-                    |_, _| { true }
-                ),
+                judge(probe, Some(&row("a", Some((99_000, 60_000)))), &now, |_| {
+                    true
+                }),
                 Liveness::Dead(DEAD_REBOOTED)
             );
         }
@@ -279,7 +356,7 @@ mod tests {
                 Probe::Free,
                 Some(&row("", Some((90_000, 60_000)))),
                 &now,
-                |_, _| true
+                |_| true
             ),
             Liveness::Dead(DEAD_REBOOTED)
         );
@@ -292,36 +369,36 @@ mod tests {
         // Its lock file is there and free, its process runs: still owner,
         // ask again in a lease.
         assert_eq!(
-            judge(Probe::Free, Some(&lapsed), &now, |_, _| true),
+            judge(Probe::Free, Some(&lapsed), &now, |_| true),
             Liveness::Suspended {
                 remaining_ms: 60_000
             }
         );
         assert_eq!(
-            judge(Probe::Free, Some(&lapsed), &now, |_, _| false),
+            judge(Probe::Free, Some(&lapsed), &now, |_| false),
             Liveness::Dead(DEAD_SUSPENSION_LAPSED)
         );
         // No lock file (deleted by someone): the process is asked all the
         // same (by its id alone, the start time was in the file).
         assert_eq!(
-            judge(Probe::Absent, Some(&lapsed), &now, |_, _| true),
+            judge(Probe::Absent, Some(&lapsed), &now, |_| true),
             Liveness::Suspended {
                 remaining_ms: 60_000
             }
         );
         assert_eq!(
-            judge(Probe::Absent, Some(&lapsed), &now, |_, _| false),
+            judge(Probe::Absent, Some(&lapsed), &now, |_| false),
             Liveness::Dead(DEAD_SUSPENSION_LAPSED)
         );
         // Inside the lease, and without a mark, the process is not asked.
         let inside = row("b", Some((90_000, 60_000)));
         assert!(matches!(
-            judge(Probe::Free, Some(&inside), &now, |_, _| panic!("asked")),
+            judge(Probe::Free, Some(&inside), &now, |_| panic!("asked")),
             Liveness::Suspended { .. }
         ));
         // A row of another boot: whatever has its process id now is not it.
         assert_eq!(
-            judge(Probe::Free, Some(&row("a", None)), &now, |_, _| panic!(
+            judge(Probe::Free, Some(&row("a", None)), &now, |_| panic!(
                 "asked"
             )),
             Liveness::Dead(DEAD_LOCK_RELEASED)
@@ -333,22 +410,37 @@ mod tests {
         let now = Monotonic::new("b", 100_000);
         let no_mark = row("b", None);
         let asked = std::cell::Cell::new(None);
-        let _ = judge(Probe::Free, Some(&no_mark), &now, |_, needs| {
+        let _ = judge(Probe::Free, Some(&no_mark), &now, |needs| {
             asked.set(Some(needs));
             true
         });
         assert_eq!(asked.get(), Some(Needs::SaysSuspended));
-        let _ = judge(Probe::Absent, Some(&no_mark), &now, |_, needs| {
+        let _ = judge(Probe::Absent, Some(&no_mark), &now, |needs| {
             asked.set(Some(needs));
             true
         });
-        assert_eq!(asked.get(), Some(Needs::Process));
+        assert_eq!(asked.get(), Some(Needs::ById));
         let lapsed = row("b", Some((40_000, 60_000)));
-        let _ = judge(Probe::Free, Some(&lapsed), &now, |_, needs| {
+        let _ = judge(Probe::Free, Some(&lapsed), &now, |needs| {
             asked.set(Some(needs));
             true
         });
-        assert_eq!(asked.get(), Some(Needs::Process));
+        assert_eq!(asked.get(), Some(Needs::Recorded));
+        let _ = judge(Probe::Absent, Some(&lapsed), &now, |needs| {
+            asked.set(Some(needs));
+            true
+        });
+        assert_eq!(asked.get(), Some(Needs::ById));
+        // No row: a free file must say suspended; no file, nothing to ask.
+        let _ = judge(Probe::Free, None, &now, |needs| {
+            asked.set(Some(needs));
+            true
+        });
+        assert_eq!(asked.get(), Some(Needs::SaysSuspended));
+        assert_eq!(
+            judge(Probe::Absent, None, &now, |_| panic!("asked")),
+            Liveness::Dead(DEAD_LOCK_RELEASED)
+        );
     }
 
     #[test]
@@ -357,16 +449,16 @@ mod tests {
         // of the lock all the same: its process still runs it.
         let now = Monotonic::new("b", 100_000);
         assert_eq!(
-            judge(Probe::Free, Some(&row("b", None)), &now, |_, _| true),
+            judge(Probe::Free, Some(&row("b", None)), &now, |_| true),
             Liveness::Alive
         );
         assert_eq!(
-            judge(Probe::Free, Some(&row("b", None)), &now, |_, _| false),
+            judge(Probe::Free, Some(&row("b", None)), &now, |_| false),
             Liveness::Dead(DEAD_LOCK_RELEASED)
         );
         // Its lock file deleted by someone while it runs: the same.
         assert_eq!(
-            judge(Probe::Absent, Some(&row("b", None)), &now, |_, _| true),
+            judge(Probe::Absent, Some(&row("b", None)), &now, |_| true),
             Liveness::Alive
         );
     }

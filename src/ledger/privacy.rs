@@ -261,31 +261,8 @@ impl Ledger {
 
     fn reseal_alone(&self, key: &LedgerKey) -> Result<()> {
         let mono = self.clock.monotonic();
-        let others_alive = self.read(|dao| {
-            let rows = dao.sessions()?;
-            let mut alive = false;
-            for row in rows.iter().filter(|r| &r.session_id != self.session_id()) {
-                if !matches!(
-                    self.liveness_of(dao, Some(&row.session_id), &mono)?,
-                    super::owners::Liveness::Dead(_)
-                ) {
-                    alive = true;
-                }
-            }
-            Ok(alive)
-        })?;
-        let unregistered_alive = self
-            .sessions
-            .lock_files()
-            .into_iter()
-            .filter(|(s, _)| s != self.session_id())
-            .any(|(_, path)| {
-                !matches!(
-                    super::session::Sessions::probe(&path),
-                    super::session::Probe::Absent | super::session::Probe::Free
-                )
-            });
-        if others_alive || unregistered_alive {
+        let others_alive = self.read(|dao| Ok(self.others_alive(dao, &mono)?))?;
+        if others_alive {
             return Err(Error::Store(store::Error::InUse));
         }
         self.settle_deliveries()?;

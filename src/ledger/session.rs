@@ -59,6 +59,8 @@ pub(crate) struct Sessions {
     abandoned: std::sync::atomic::AtomicBool,
     /// Set by [`Sessions::row_deleted`].
     row_deleted: std::sync::atomic::AtomicBool,
+    /// How many records this session has written to its lock file.
+    written: std::sync::atomic::AtomicU64,
 }
 
 /// A held session lock file. A child made by `fork()` does not keep the
@@ -93,10 +95,18 @@ impl Sessions {
             pid: std::process::id(),
             abandoned: std::sync::atomic::AtomicBool::new(false),
             row_deleted: std::sync::atomic::AtomicBool::new(false),
+            written: std::sync::atomic::AtomicU64::new(0),
         };
         sessions.acquire()?;
         process::note_open(&sessions.own);
         Ok(sessions)
+    }
+
+    /// The sequence number of the next record this session writes.
+    fn next_seq(&self) -> u64 {
+        self.written
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .saturating_add(1)
     }
 
     /// This ledger's session id.
@@ -147,7 +157,7 @@ impl Sessions {
             let (file, parent_only) = ParentOnlyFd::open(|| open_private(&path))?;
             file.lock()?;
             if same_file(&file, &path) {
-                record_process(&file, self.pid);
+                record_process(&file, self.pid, self.next_seq());
                 *held = Some(Held {
                     _parent_only: parent_only,
                     file,
@@ -180,7 +190,7 @@ impl Sessions {
         }
         if let Ok(held) = self.held.lock() {
             if let Some(held) = held.as_ref() {
-                write_record(&held.file, &process_record(self.pid, true));
+                write_record(&held.file, &process_record(self.pid, self.next_seq(), true));
             }
         }
         self.release();
@@ -234,14 +244,54 @@ impl Sessions {
         if file.take(RECORD_MAX).read_to_string(&mut text).is_err() {
             return LockRecord::default();
         }
+        let field = |name: &str| -> Option<u64> {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|value| value.trim().parse().ok())
+        };
         LockRecord {
             closed: text.lines().any(|line| line == CLOSED),
             suspended: text.lines().any(|line| line == SUSPENDED),
-            start: text
-                .lines()
-                .find_map(|line| line.strip_prefix("start "))
-                .and_then(|start| start.trim().parse().ok()),
+            pid: field("pid").and_then(|pid| i64::try_from(pid).ok()),
+            start: field("start"),
+            seq: field("seq"),
         }
+    }
+
+    /// Probes the lock at `path` and reads its record around the probe:
+    /// once before, once after. A session that let go of its lock to
+    /// suspend says so before it lets go, and rewrites its record (without
+    /// `suspended`) only once it holds the lock again, so a free lock seen
+    /// between two reads of one unchanged record is told right; a record
+    /// that changed between them counts as saying `suspended` (errs
+    /// towards alive).
+    pub(crate) fn observe(path: &Path) -> (Probe, LockRecord) {
+        Sessions::observe_around(path, || {}, || {})
+    }
+
+    /// [`Sessions::observe`], running `first` after the first read and
+    /// `then` after the probe (a test puts the owner's moves there).
+    fn observe_around(
+        path: &Path,
+        first: impl FnOnce(),
+        then: impl FnOnce(),
+    ) -> (Probe, LockRecord) {
+        let before = Sessions::record_at(path);
+        first();
+        let probe = Sessions::probe(path);
+        then();
+        if probe != Probe::Free {
+            return (probe, before);
+        }
+        let after = Sessions::record_at(path);
+        let changed = before.seq != after.seq;
+        (
+            probe,
+            LockRecord {
+                suspended: before.suspended || after.suspended || changed,
+                ..after
+            },
+        )
     }
 
     /// Notes that the ledger deleted this session's row as it closed: the
@@ -354,8 +404,12 @@ pub(crate) struct LockRecord {
     /// The session let go of its lock to suspend (not by closing it, nor
     /// by an `exec()` or a death of its process).
     pub(crate) suspended: bool,
-    /// The start time of the process that took the lock (`process`).
+    /// The process that took the lock (absent from an older build's file).
+    pub(crate) pid: Option<i64>,
+    /// The start time of that process (`process`).
     pub(crate) start: Option<u64>,
+    /// How many records this session had written when it wrote this one.
+    pub(crate) seq: Option<u64>,
 }
 
 /// The most of a lock file [`Sessions::record_at`] reads.
@@ -383,13 +437,14 @@ fn mark_closed(file: &File) {
 /// start time (`process`), read by another session judging a suspended
 /// owner past its lease. Best effort: a lock file without them only loses
 /// the check against a reused process id.
-fn record_process(file: &File, pid: u32) {
-    write_record(file, &process_record(pid, false));
+fn record_process(file: &File, pid: u32, seq: u64) {
+    write_record(file, &process_record(pid, seq, false));
 }
 
-/// The record of a session held (or released to suspend) by process `pid`.
-fn process_record(pid: u32, suspended: bool) -> String {
-    let mut record = format!("toolledger session lock\npid {pid}\n");
+/// The record of a session held (or released to suspend) by process `pid`,
+/// the `seq`th this session writes.
+fn process_record(pid: u32, seq: u64, suspended: bool) -> String {
+    let mut record = format!("toolledger session lock\npid {pid}\nseq {seq}\n");
     if let Some(start) = process::own_start() {
         record.push_str(&format!("start {start}\n"));
     }
@@ -511,6 +566,39 @@ mod tests {
             !path.exists(),
             "the owner deletes its own file with its row"
         );
+    }
+
+    #[test]
+    fn an_owner_moving_between_the_probe_and_the_second_read_is_seen_suspended() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("l.db");
+        let a = Sessions::start(Some(&db), SessionId::generate()).unwrap();
+        let path = a.own_lock_path().unwrap();
+        // Suspended when probed, resumed before the record is read again
+        // (its record rewritten without `suspended`): still seen suspended.
+        a.release_suspended();
+        let (probe, record) = Sessions::observe_around(&path, || {}, || a.acquire().unwrap());
+        assert_eq!(probe, Probe::Free);
+        assert!(record.suspended);
+        // Running at the first read; it suspends before the probe and
+        // resumes after it, so neither read says `suspended`: the record
+        // changed between them, so it counts as saying so.
+        let (probe, record) =
+            Sessions::observe_around(&path, || a.release_suspended(), || a.acquire().unwrap());
+        assert_eq!((probe, record.suspended), (Probe::Free, true));
+        assert!(!Sessions::record_at(&path).suspended);
+        // Running throughout: held.
+        assert_eq!(Sessions::observe(&path).0, Probe::Held);
+        // Suspended throughout: free, suspended, its process named.
+        a.release_suspended();
+        let (probe, record) = Sessions::observe(&path);
+        assert_eq!((probe, record.suspended), (Probe::Free, true));
+        assert_eq!(record.pid, Some(i64::from(std::process::id())));
+        // Let go otherwise (an `exec()` closes it): free, not suspended.
+        a.acquire().unwrap();
+        a.release();
+        let (probe, record) = Sessions::observe(&path);
+        assert_eq!((probe, record.suspended), (Probe::Free, false));
     }
 
     #[test]

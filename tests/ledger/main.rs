@@ -46,6 +46,7 @@ mod reentrancy_review;
 mod retention;
 mod retention_review;
 mod rev13_review;
+mod rev13b_review;
 mod round_faults;
 mod sqlite_build;
 mod storage_faults;

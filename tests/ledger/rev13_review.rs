@@ -22,11 +22,7 @@ fn short_lease() -> LedgerConfig {
 
 fn variant(b: &Begin) -> String {
     let shown = format!("{b:?}");
-    shown
-        .split(['(', ' ', '{'])
-        .next()
-        .unwrap()
-        .to_owned()
+    shown.split(['(', ' ', '{']).next().unwrap().to_owned()
 }
 
 /// Runs the scenario test `name` alone in a fresh test process, with `var`
