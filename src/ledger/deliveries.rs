@@ -357,8 +357,10 @@ impl Ledger {
         f: impl FnOnce(&Dao<'_>) -> Result<T>,
     ) -> Result<T> {
         let mut taken: Vec<DeliveryMark> = Vec::new();
+        let mut registering = false;
         self.flusher.note_write(&self.store.0);
         let out = self.store.0.write(durability, |dao| {
+            registering = self.register_in(dao)?;
             // Taken under the store's lock: no other write applies them too.
             taken = std::mem::take(&mut self.deliveries_lock().queued);
             self.apply_marks(dao, &taken)?;
@@ -366,6 +368,9 @@ impl Ledger {
         });
         if out.is_err() && !taken.is_empty() {
             self.deliveries_lock().queued.append(&mut taken);
+        }
+        if out.is_ok() && registering {
+            self.note_registered();
         }
         if out.is_ok() && durability == Durability::Deferred {
             self.flusher.arm(&self.store.0);
@@ -385,12 +390,16 @@ impl Ledger {
     ) -> Result<Option<T>> {
         let mut taken: Vec<DeliveryMark> = Vec::new();
         let mut wrote = false;
+        let mut registering = false;
         self.flusher.note_write(&self.store.0);
         let out = self.store.0.write_now(durability, |dao| {
             let before = dao.total_changes();
             let out = f(dao)?;
             wrote = dao.total_changes() != before;
             if wrote {
+                // Only a transaction that writes registers (a replay on a
+                // full disk still answers).
+                registering = self.register_in(dao)?;
                 taken = std::mem::take(&mut self.deliveries_lock().queued);
                 self.apply_marks(dao, &taken)?;
             }
@@ -401,6 +410,9 @@ impl Ledger {
         }
         if wrote && matches!(out, Ok(Some(_))) && durability == Durability::Deferred {
             self.flusher.arm(&self.store.0);
+        }
+        if registering && matches!(out, Ok(Some(_))) {
+            self.note_registered();
         }
         out.map_err(|e| self.explain_sealed(e))
     }

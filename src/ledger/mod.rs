@@ -337,22 +337,55 @@ impl Ledger {
         Ok(ledger)
     }
 
+    /// Inside a write of this ledger: writes this session's row first if it
+    /// was never written (its registration at open was refused, a busy or
+    /// full file), so that no session runs a call, takes one over or
+    /// suspends without a row to judge it by (with its lock file deleted, a
+    /// session without a row could not be told alive). True when it wrote
+    /// it ([`Ledger::note_registered`] once the write commits). An atomic
+    /// load on every write otherwise.
+    pub(super) fn register_in(&self, dao: &crate::store::Dao<'_>) -> Result<bool> {
+        if self.registered.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let Some(lock_path) = self.sessions.own_lock_path() else {
+            return Ok(false);
+        };
+        let mono = self.clock.monotonic();
+        dao.register_session(
+            self.session_id(),
+            &lock_path.to_string_lossy(),
+            &mono.boot_id,
+            self.now(),
+            std::process::id(),
+        )?;
+        Ok(true)
+    }
+
+    /// Notes that this session's row is written (by a committed write).
+    pub(super) fn note_registered(&self) {
+        self.registered.store(true, Ordering::Relaxed);
+    }
+
     /// Writes this session's row (active) and clears out dead sessions.
     fn register(&self) -> Result<()> {
         let Some(lock_path) = self.sessions.own_lock_path() else {
             return Ok(());
         };
         let lock_path = lock_path.to_string_lossy().into_owned();
-        let now = self.now();
         let mono = self.clock.monotonic();
         let dead = self.write(Durability::Lazy, |dao| {
-            dao.register_session(
-                self.session_id(),
-                &lock_path,
-                &mono.boot_id,
-                now,
-                std::process::id(),
-            )?;
+            // Never registered: the write has just done it (`register_in`).
+            // Registered (a resume): again, which clears the mark.
+            if self.registered.load(Ordering::Relaxed) {
+                dao.register_session(
+                    self.session_id(),
+                    &lock_path,
+                    &mono.boot_id,
+                    self.now(),
+                    std::process::id(),
+                )?;
+            }
             Ok(self.clean_dead_sessions(dao, &mono)?)
         })?;
         Ledger::clean_lock_files(dead);
@@ -733,7 +766,10 @@ impl Ledger {
             let Some(lock_path) = &lock_path else {
                 return Ok(());
             };
-            if !self.registered.load(Ordering::Relaxed) {
+            // Registered by the write if it never was; a row deleted since
+            // (this session judged dead and cleaned away while it lived) is
+            // written again, so that the mark is there.
+            if !dao.mark_suspended(self.session_id(), &mono.boot_id, mono.ms, lease)? {
                 dao.register_session(
                     self.session_id(),
                     &lock_path.to_string_lossy(),
@@ -741,8 +777,8 @@ impl Ledger {
                     now,
                     std::process::id(),
                 )?;
+                dao.mark_suspended(self.session_id(), &mono.boot_id, mono.ms, lease)?;
             }
-            dao.mark_suspended(self.session_id(), &mono.boot_id, mono.ms, lease)?;
             Ok(())
         })?;
         self.registered.store(true, Ordering::Relaxed);

@@ -5,11 +5,12 @@
 //! while its suspension mark covers it — `suspend()` writes the mark before
 //! it lets go of the lock, and the mark lasts `LedgerConfig::lease` on the
 //! boot clock, which cannot jump — or, past the lease or without a mark,
-//! while its process may still run it (its lock file is there, free, and
-//! `process` cannot show the process gone): a suspended process can be
-//! thawed and send. Anything else is dead: the lock file is free and the
-//! process is gone, no lock file and no mark that covers it, or the machine
-//! rebooted since. A probe that fails for any other reason counts as alive.
+//! while its process may still run it (`process` cannot show it gone, and
+//! its lock file, if there, does not say the session closed, and without a
+//! mark says it let go to suspend): a suspended process can be thawed and
+//! send. Anything else is dead: the process is gone, the lock file says the
+//! session closed, a free lock file without a mark does not say
+//! `suspended`, or the machine rebooted since. A probe that fails for any other reason counts as alive.
 
 use std::path::PathBuf;
 
@@ -42,7 +43,8 @@ pub(crate) const DEAD_REBOOTED: &str = "owner session ended with a reboot";
 
 /// Judges an owner from its lock probe and its registered row, at `now`
 /// (the boot clock). `still_runs` answers, for an owner whose lock is not
-/// held and that no lease covers (lapsed, or no mark) in this boot, whether
+/// held and that no lease covers (lapsed, or no mark; in this boot where
+/// its row says which boot), whether
 /// its process may still run it (false only when provably not), given what
 /// its lock file must say for that ([`Needs`]). Pure: the lock, its record,
 /// the row and the process are read by the caller.
@@ -77,7 +79,7 @@ pub(crate) fn judge(
         let needs = if probe == Probe::Free {
             Needs::SaysSuspended
         } else {
-            Needs::ById
+            Needs::Process
         };
         if same_boot && still_runs(needs) {
             return Liveness::Alive;
@@ -95,16 +97,11 @@ pub(crate) fn judge(
         return Liveness::Dead(DEAD_REBOOTED);
     }
     let remaining = lease.saturating_sub(now.since(&mark));
-    let needs = if probe == Probe::Free {
-        Needs::Recorded
-    } else {
-        Needs::ById
-    };
     if remaining > 0 {
         Liveness::Suspended {
             remaining_ms: remaining,
         }
-    } else if still_runs(needs) {
+    } else if still_runs(Needs::Process) {
         // Past its lease, but its process may be thawed and send: still
         // owner. Ask again in a lease.
         Liveness::Suspended {
@@ -121,12 +118,10 @@ pub(crate) enum Needs {
     /// The file is there and free, and no mark covers the session: the
     /// file must say the session let go of it to suspend.
     SaysSuspended,
-    /// The file is there and free, past the session's lease: the file must
-    /// name its process (an older build's empty file is judged by the lease
-    /// alone, as that build was).
-    Recorded,
-    /// The file is gone: the process is asked by the row's id alone.
-    ById,
+    /// Nothing more: the process is asked (by the start time in the file
+    /// where it has one, by its id alone otherwise: a file deleted, an
+    /// older build's empty file, or one a full disk kept empty).
+    Process,
 }
 
 /// Does the process of `session` (its row, if any, and its lock file's
@@ -143,8 +138,7 @@ fn runs_still(
     }
     let said = match needs {
         Needs::SaysSuspended => record.suspended,
-        Needs::Recorded => record.pid.is_some(),
-        Needs::ById => true,
+        Needs::Process => true,
     };
     let Some(pid) = row.map(|row| row.pid).or(record.pid) else {
         return false;
@@ -419,18 +413,18 @@ mod tests {
             asked.set(Some(needs));
             true
         });
-        assert_eq!(asked.get(), Some(Needs::ById));
+        assert_eq!(asked.get(), Some(Needs::Process));
         let lapsed = row("b", Some((40_000, 60_000)));
         let _ = judge(Probe::Free, Some(&lapsed), &now, |needs| {
             asked.set(Some(needs));
             true
         });
-        assert_eq!(asked.get(), Some(Needs::Recorded));
+        assert_eq!(asked.get(), Some(Needs::Process));
         let _ = judge(Probe::Absent, Some(&lapsed), &now, |needs| {
             asked.set(Some(needs));
             true
         });
-        assert_eq!(asked.get(), Some(Needs::ById));
+        assert_eq!(asked.get(), Some(Needs::Process));
         // No row: a free file must say suspended; no file, nothing to ask.
         let _ = judge(Probe::Free, None, &now, |needs| {
             asked.set(Some(needs));

@@ -9,8 +9,10 @@
 //! [`Sessions::probe`]:
 //!
 //! - **held**: alive, whatever else is true;
-//! - **free** or **absent**: not running; alive only while a suspension
-//!   mark covers it (decided in `owners`, which reads the mark);
+//! - **free** or **absent**: not holding its lock: alive while a suspension
+//!   mark covers it, or while its process may still run it (decided in
+//!   `owners`, which reads the mark, the lock file's record and asks
+//!   `process`);
 //! - any **other error** (too many open files, permission denied …): alive.
 //!   Only a lock that is provably not held may count as death.
 //!
@@ -422,8 +424,11 @@ const CLOSED: &str = "closed";
 const SUSPENDED: &str = "suspended";
 
 /// Every record is written at this length (padded), over the one before:
-/// a rewrite needs no new block of the disk, so a full disk does not stop
-/// it, and the file never shrinks to nothing in between.
+/// a rewrite needs no new block of the disk, so once the first record is
+/// written a full disk does not stop the next, and the file never shrinks
+/// to nothing in between. (The first needs a block: on a full disk the file
+/// may stay empty, and its session is then judged by the process id in its
+/// row.)
 const RECORD_LEN: usize = 128;
 
 /// Rewrites a lock file as its session closes: closed, whatever process

@@ -47,6 +47,7 @@ mod retention;
 mod retention_review;
 mod rev13_review;
 mod rev13b_review;
+mod rev13c_review;
 mod round_faults;
 mod sqlite_build;
 mod storage_faults;

@@ -224,13 +224,15 @@ fn defect_an_unregistered_suspended_owner_does_not_stop_encrypt_in_place() {
     drop(app);
 }
 
-/// An older build's lock file is empty. "Judged as before" (CHANGELOG):
-/// before 3df08a4 a suspended owner past its lease was dead. Now, with no
-/// start time in the file, its process id alone decides: a crashed
-/// old-build owner whose id another process now has keeps its call
-/// `InFlight` while that process lives.
+/// An older build's lock file is empty (and so is the first record a full
+/// disk refused: `rev13c_review`). Past its lease such an owner is judged by
+/// the process id in its row: a crashed owner whose id another process now
+/// has keeps its call `InFlight` while that process lives (never a second
+/// request), and is reconciled once it ends. (The second review asked for
+/// the lease alone here, as the older build judged; the third showed that
+/// a full disk then hands a frozen live owner's call over.)
 #[test]
-fn defect_an_older_builds_empty_lock_file_past_the_lease_is_judged_by_a_reused_pid() {
+fn an_empty_lock_file_past_the_lease_is_judged_by_the_process_id_in_its_row() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
     let (extension, clock) = open_at(&path);
@@ -255,8 +257,13 @@ fn defect_an_older_builds_empty_lock_file_past_the_lease_is_judged_by_a_reused_p
         )
         .unwrap();
     clock.advance(3_600_000);
-    let answer = extension.begin(&op("o"), 0, &s).unwrap();
+    let while_it_lives = extension.begin(&op("o"), 0, &s).unwrap();
     let _ = other.kill();
     let _ = other.wait();
-    assert!(matches!(answer, Begin::Reconcile(_)), "{answer:?}");
+    let after = extension.begin(&op("o"), 0, &s).unwrap();
+    assert!(
+        matches!(while_it_lives, Begin::InFlight { .. }),
+        "{while_it_lives:?}"
+    );
+    assert!(matches!(after, Begin::Reconcile(_)), "{after:?}");
 }
