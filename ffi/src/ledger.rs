@@ -413,7 +413,7 @@ impl Ledger {
 
     /// Call at app start and after resume: executions left `executing` by a
     /// dead session become `OutcomeUnknown` (a live one's, and a suspended
-    /// one's within its lease, stay); returns every execution that needs
+    /// one's within its lease or while its process lives, stay); returns every execution that needs
     /// attention (unknown outcomes, pending approvals, retryable work, calls
     /// still running in a live session, committed results not yet
     /// delivered).

@@ -116,8 +116,9 @@ pub enum CallOutcome {
         /// Digest of the offered arguments.
         new_digest: ArgsDigest,
     },
-    /// Another live session is running it (or a suspended one, whose claim
-    /// lapses after `retry_after_ms`).
+    /// Another live session is running it (or a suspended one: ask again
+    /// after `retry_after_ms`; its claim ends once its lease lapsed and its
+    /// process is gone).
     InFlight {
         /// The execution.
         execution_id: ExecutionId,

@@ -274,8 +274,9 @@ pub enum Begin {
         /// Digest of the arguments just offered.
         new_digest: ArgsDigest,
     },
-    /// A live session is running it right now (or a suspended one, whose
-    /// claim lapses after `retry_after_ms`).
+    /// A live session is running it right now (or a suspended one: ask
+    /// again after `retry_after_ms`; its claim ends once its lease lapsed
+    /// and its process is gone).
     InFlight {
         /// The execution.
         execution_id: ExecutionId,

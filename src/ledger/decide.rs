@@ -9,7 +9,7 @@
 //! | prepared / approved, operation cancelled | cancel it → `Cancelled` |
 //! | failed_before_commit, operation cancelled | cancel it → `Cancelled` (batch items committed: settle the partial commit → `Replay`) |
 //! | executing, owner alive | `InFlight` |
-//! | executing, owner suspended | `InFlight` (ask again when its lease lapses) |
+//! | executing, owner suspended | `InFlight` (ask again after `retry_after`: the rest of its lease, or past it a whole lease while its process lives) |
 //! | executing, owner dead | mark `outcome_unknown` → `Reconcile` |
 //! | outcome_unknown | `Reconcile` |
 //! | prepared, approval required | `NeedsApproval` |
@@ -51,7 +51,8 @@ pub(crate) enum Decision {
     Replay,
     /// Its owner is running it; ask again after this long (a suspended owner).
     InFlight {
-        /// Milliseconds until a suspended owner's lease lapses.
+        /// Milliseconds to wait before asking again (a suspended owner: the
+        /// rest of its lease, or past it a whole lease).
         retry_after_ms: Option<i64>,
     },
     /// Its owner is dead: the outcome is unknown; reconcile.

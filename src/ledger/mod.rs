@@ -352,7 +352,10 @@ impl Ledger {
             return Ok(false);
         };
         let mono = self.clock.monotonic();
-        dao.register_session(
+        // Only if missing: a concurrent `suspend()` may have just written
+        // the row with its mark (its write registered it, and `registered`
+        // is set only once that write returns).
+        dao.register_session_if_missing(
             self.session_id(),
             &lock_path.to_string_lossy(),
             &mono.boot_id,
@@ -770,7 +773,7 @@ impl Ledger {
             // (this session judged dead and cleaned away while it lived) is
             // written again, so that the mark is there.
             if !dao.mark_suspended(self.session_id(), &mono.boot_id, mono.ms, lease)? {
-                dao.register_session(
+                dao.register_session_if_missing(
                     self.session_id(),
                     &lock_path.to_string_lossy(),
                     &mono.boot_id,
@@ -821,7 +824,14 @@ impl Ledger {
                 return Err(e.into());
             }
             // Active again: the lock says so; the row must not say "suspended".
-            self.register()?;
+            if let Err(e) = self.register() {
+                // Not resumed after all (a busy file): suspended again, with
+                // no lock held while the app may be frozen; the row keeps
+                // its mark.
+                let _ = self.store.suspend();
+                self.sessions.release_suspended();
+                return Err(e);
+            }
         }
         if self.suspend_asked.swap(false, Ordering::SeqCst) {
             // An observer asked for a suspension while this resumed.

@@ -137,7 +137,7 @@ fn runs_still(
         return false;
     }
     let said = match needs {
-        Needs::SaysSuspended => record.suspended,
+        Needs::SaysSuspended => record.suspended || record.unreadable,
         Needs::Process => true,
     };
     let Some(pid) = row.map(|row| row.pid).or(record.pid) else {

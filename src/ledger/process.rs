@@ -19,56 +19,46 @@
 //!   another process is told apart where the start time can be read (Linux
 //!   and Android, from `/proc`; on Apple platforms the process id alone).
 //! - A session of this very process is running while it is open here (the
-//!   process-wide [`OPEN_HERE`] set): dropped or abandoned, it is not.
-
-use std::collections::BTreeSet;
-use std::sync::Mutex;
+//!   process-wide, fork-safe list of open sessions in `store::forks`):
+//!   dropped or abandoned, it is not.
 
 use crate::model::SessionId;
 
-/// The sessions this process has open (not dropped, not abandoned).
-static OPEN_HERE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
-
-/// Notes `session` as open in this process.
+/// Notes `session` as open in this process (a fork-safe list: a child
+/// forked while another thread holds it finds it free).
 pub(crate) fn note_open(session: &SessionId) {
-    if let Ok(mut open) = OPEN_HERE.lock() {
-        open.insert(session.as_str().to_owned());
-    }
+    crate::store::note_session_open(session.as_str());
 }
 
 /// Notes `session` as no longer open in this process (dropped, or abandoned
 /// as a killed process would leave it).
 pub(crate) fn note_closed(session: &SessionId) {
-    if let Ok(mut open) = OPEN_HERE.lock() {
-        open.remove(session.as_str());
-    }
+    crate::store::note_session_closed(session.as_str());
 }
 
-/// Is `session` open in this process? A poisoned set answers yes.
+/// Is `session` open in this process?
 fn open_here(session: &SessionId) -> bool {
-    OPEN_HERE
-        .lock()
-        .map(|open| open.contains(session.as_str()))
-        .unwrap_or(true)
+    crate::store::session_open_here(session.as_str())
 }
 
 /// This process's start time, as [`start_of`] reads it (once per process:
 /// a child made by `fork()` inherits the parent's cache, and reads its own).
+/// Lock-free: a child forked while another thread reads it must not wait.
 pub(crate) fn own_start() -> Option<u64> {
-    static OWN: Mutex<Option<(u32, Option<u64>)>> = Mutex::new(None);
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    /// No start time known (`u64::MAX` is no tick count).
+    const NONE: u64 = u64::MAX;
+    static PID: AtomicU32 = AtomicU32::new(0);
+    static START: AtomicU64 = AtomicU64::new(NONE);
     let pid = std::process::id();
-    let read = || start_of(pid).and_then(|(_, start)| start);
-    let Ok(mut own) = OWN.lock() else {
-        return read();
-    };
-    match *own {
-        Some((cached, start)) if cached == pid => start,
-        _ => {
-            let start = read();
-            *own = Some((pid, start));
-            start
-        }
+    if PID.load(Ordering::Acquire) == pid {
+        let start = START.load(Ordering::Relaxed);
+        return (start != NONE).then_some(start);
     }
+    let start = start_of(pid).and_then(|(_, start)| start);
+    START.store(start.unwrap_or(NONE), Ordering::Relaxed);
+    PID.store(pid, Ordering::Release);
+    start
 }
 
 /// Does the process `pid`, started at `recorded_start` (when known), still

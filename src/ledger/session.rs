@@ -156,7 +156,25 @@ impl Sessions {
         for _ in 0..ACQUIRE_ROUNDS {
             // Noted as it is opened, before the lock: a child forked from
             // here on never keeps it.
-            let (file, parent_only) = ParentOnlyFd::open(|| open_private(&path))?;
+            let (file, parent_only) = match ParentOnlyFd::open(|| open_private(&path)) {
+                Ok(opened) => opened,
+                Err(e) if is_not_a_plain_file(&e) => {
+                    // A symlink (or something else) put at this session's
+                    // own path: the name is removed (never what it points
+                    // at), and the file made anew.
+                    let _ = fs::remove_file(&path);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if !own_file(&file) {
+                // Another name for some other file (a hard link) or not a
+                // regular file: this session's records must not go there.
+                drop(parent_only);
+                drop(file);
+                let _ = fs::remove_file(&path);
+                continue;
+            }
             file.lock()?;
             if same_file(&file, &path) {
                 record_process(&file, self.pid, self.next_seq());
@@ -192,7 +210,10 @@ impl Sessions {
         }
         if let Ok(held) = self.held.lock() {
             if let Some(held) = held.as_ref() {
-                write_record(&held.file, &process_record(self.pid, self.next_seq(), true));
+                write_record(
+                    &held.file,
+                    &process_record(&held.file, self.pid, self.next_seq(), true),
+                );
             }
         }
         self.release();
@@ -229,6 +250,10 @@ impl Sessions {
     /// [`LockRecord`]). Nothing readable: an empty record.
     pub(crate) fn record_at(path: &Path) -> LockRecord {
         use std::io::Read;
+        let unreadable = LockRecord {
+            unreadable: true,
+            ..LockRecord::default()
+        };
         let mut options = OpenOptions::new();
         options.read(true);
         #[cfg(unix)]
@@ -236,27 +261,38 @@ impl Sessions {
             use std::os::unix::fs::OpenOptionsExt;
             options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
         }
-        let Ok(file) = options.open(path) else {
-            return LockRecord::default();
+        let file = match options.open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return LockRecord::default(),
+            Err(_) => return unreadable,
         };
-        if !file.metadata().is_ok_and(|m| m.is_file()) {
-            return LockRecord::default();
+        let Ok(meta) = file.metadata() else {
+            return unreadable;
+        };
+        if !meta.is_file() {
+            return unreadable;
         }
         let mut text = String::new();
         if file.take(RECORD_MAX).read_to_string(&mut text).is_err() {
-            return LockRecord::default();
+            return unreadable;
         }
         let field = |name: &str| -> Option<u64> {
             text.lines()
                 .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
                 .and_then(|value| value.trim().parse().ok())
         };
+        let written_to = text
+            .lines()
+            .find_map(|line| line.strip_prefix("file "))
+            .map(str::trim);
         LockRecord {
             closed: text.lines().any(|line| line == CLOSED),
             suspended: text.lines().any(|line| line == SUSPENDED),
             pid: field("pid").and_then(|pid| i64::try_from(pid).ok()),
             start: field("start"),
             seq: field("seq"),
+            unreadable: false,
+            replaced: written_to.is_some_and(|id| Some(id) != file_id_text(&meta).as_deref()),
         }
     }
 
@@ -284,6 +320,11 @@ impl Sessions {
         then();
         if probe != Probe::Free {
             return (probe, before);
+        }
+        if before.replaced {
+            // Not the file its owner locked (a copy put back in its place):
+            // its lock says nothing, as if the file were gone.
+            return (Probe::Absent, before);
         }
         let after = Sessions::record_at(path);
         let changed = before.seq != after.seq;
@@ -412,10 +453,16 @@ pub(crate) struct LockRecord {
     pub(crate) start: Option<u64>,
     /// How many records this session had written when it wrote this one.
     pub(crate) seq: Option<u64>,
+    /// The file could not be read (counts as saying `suspended`: what
+    /// cannot be read errs towards alive).
+    pub(crate) unreadable: bool,
+    /// The record names another file than the one it was read from (the
+    /// lock file was replaced by a copy): its lock tells nothing.
+    pub(crate) replaced: bool,
 }
 
 /// The most of a lock file [`Sessions::record_at`] reads.
-const RECORD_MAX: u64 = 256;
+const RECORD_MAX: u64 = 512;
 
 /// The line of a closed session's lock file.
 const CLOSED: &str = "closed";
@@ -429,7 +476,7 @@ const SUSPENDED: &str = "suspended";
 /// to nothing in between. (The first needs a block: on a full disk the file
 /// may stay empty, and its session is then judged by the process id in its
 /// row.)
-const RECORD_LEN: usize = 128;
+const RECORD_LEN: usize = 256;
 
 /// Rewrites a lock file as its session closes: closed, whatever process
 /// still runs (best effort: without it, the file says which process held
@@ -443,13 +490,28 @@ fn mark_closed(file: &File) {
 /// owner past its lease. Best effort: a lock file without them only loses
 /// the check against a reused process id.
 fn record_process(file: &File, pid: u32, seq: u64) {
-    write_record(file, &process_record(pid, seq, false));
+    write_record(file, &process_record(file, pid, seq, false));
+}
+
+/// The identity (device, inode) of a file as a record writes it.
+#[cfg(unix)]
+fn file_id_text(meta: &fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    Some(format!("{}:{}", meta.dev(), meta.ino()))
+}
+
+#[cfg(not(unix))]
+fn file_id_text(_meta: &fs::Metadata) -> Option<String> {
+    None
 }
 
 /// The record of a session held (or released to suspend) by process `pid`,
 /// the `seq`th this session writes.
-fn process_record(pid: u32, seq: u64, suspended: bool) -> String {
+fn process_record(file: &File, pid: u32, seq: u64, suspended: bool) -> String {
     let mut record = format!("toolledger session lock\npid {pid}\nseq {seq}\n");
+    if let Some(id) = file.metadata().ok().as_ref().and_then(file_id_text) {
+        record.push_str(&format!("file {id}\n"));
+    }
     if let Some(start) = process::own_start() {
         record.push_str(&format!("start {start}\n"));
     }
@@ -471,12 +533,11 @@ fn write_record(file: &File, record: &str) {
     }
     #[cfg(unix)]
     {
-        use std::os::unix::fs::FileExt;
-        if file.write_all_at(&bytes, 0).is_ok() && bytes.len() == RECORD_LEN {
-            // Only ever longer than a record written by an older build.
-            if file.metadata().is_ok_and(|m| m.len() > RECORD_LEN as u64) {
-                let _ = file.set_len(RECORD_LEN as u64);
-            }
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        // Only into a lock file of its own: a regular file with no other
+        // name (a hard link to another file would have it overwritten).
+        if file.metadata().is_ok_and(|m| m.is_file() && m.nlink() == 1) {
+            let _ = file.write_all_at(&bytes, 0);
         }
     }
     #[cfg(not(unix))]
@@ -519,16 +580,45 @@ fn open_lock_file(path: &Path) -> io::Result<File> {
     }
 }
 
-/// Opens (creating) a lock file readable by the owner only.
+/// Opens (creating) a lock file readable by the owner only, never through
+/// a symlink, never blocking (a FIFO at the path).
 fn open_private(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.create(true).truncate(false).write(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
+        options
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
     }
     options.open(path)
+}
+
+/// True for the error of opening a symlink with `O_NOFOLLOW` (`ELOOP`).
+fn is_not_a_plain_file(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        e.raw_os_error() == Some(libc::ELOOP)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
+
+/// True when `file` is a regular file with no other name.
+fn own_file(file: &File) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        file.metadata().is_ok_and(|m| m.is_file() && m.nlink() == 1)
+    }
+    #[cfg(not(unix))]
+    {
+        file.metadata().is_ok_and(|m| m.is_file())
+    }
 }
 
 /// Creates a directory (and its parents) accessible by the owner only.

@@ -60,11 +60,13 @@ extern "C" fn before_fork() {
     // descriptors, likewise.
     OPEN_FILES.acquire();
     PARENT_ONLY_FDS.acquire();
+    OPEN_SESSIONS.acquire();
 }
 
 #[cfg(unix)]
 extern "C" fn in_parent() {
     // Runs in the parent right after `fork()`.
+    OPEN_SESSIONS.release();
     PARENT_ONLY_FDS.release();
     OPEN_FILES.release();
 }
@@ -75,6 +77,7 @@ extern "C" fn in_child() {
     // (lock-free atomics, `dup2`, `fcntl`).
     FORKS.fetch_add(1, Ordering::Relaxed);
     drop_parent_only_fds();
+    OPEN_SESSIONS.release();
     PARENT_ONLY_FDS.release();
     OPEN_FILES.release();
 }
@@ -184,6 +187,36 @@ static OPEN_FILES: SpinList<FileKey> = SpinList::new();
 /// The descriptors of this process's held session lock files (see
 /// [`ParentOnlyFd`]).
 static PARENT_ONLY_FDS: SpinList<i32> = SpinList::new();
+
+/// The sessions open in this process (not dropped, not abandoned), by id,
+/// with the fork count they were opened under: a child inherits the
+/// parent's, which are not its own.
+static OPEN_SESSIONS: SpinList<(String, u64)> = SpinList::new();
+
+/// Notes the session `id` as open in this process.
+pub(crate) fn note_session_open(id: &str) {
+    let forks = Opener::here().forks;
+    OPEN_SESSIONS.lock().push((id.to_owned(), forks));
+}
+
+/// Notes the session `id` as no longer open in this process.
+pub(crate) fn note_session_closed(id: &str) {
+    let forks = Opener::here().forks;
+    let mut open = OPEN_SESSIONS.lock();
+    if let Some(i) = open.iter().position(|(s, f)| s == id && *f == forks) {
+        open.swap_remove(i);
+    }
+}
+
+/// Is the session `id` open in this process (opened in it, not in an
+/// ancestor before a fork)?
+pub(crate) fn session_open_here(id: &str) -> bool {
+    let forks = Opener::here().forks;
+    OPEN_SESSIONS
+        .lock()
+        .iter()
+        .any(|(s, f)| s == id && *f == forks)
+}
 
 impl<T> SpinList<T> {
     const fn new() -> SpinList<T> {
@@ -560,6 +593,56 @@ pub(crate) mod tests {
         run_alone(
             "store::forks::tests::list_locked_at_fork_scenario",
             "TOOLLEDGER_LIST_LOCKED",
+        );
+    }
+
+    /// The process half of `a_child_forked_while_the_list_of_open_sessions_was_locked_notes_its_own`.
+    #[test]
+    fn sessions_locked_at_fork_scenario() {
+        let Ok(_) = std::env::var("TOOLLEDGER_SESSIONS_LOCKED") else {
+            return;
+        };
+        // The handler is in place (as once a store was opened).
+        super::watch();
+        super::note_session_open("parents");
+        // Another thread of the parent notes a session open at the fork:
+        // it holds the list's lock for a moment (300 ms).
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let guard = super::OPEN_SESSIONS.lock();
+            held_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            drop(guard);
+        });
+        held_rx.recv().unwrap();
+        let code = in_child(|| {
+            super::note_session_open("childs");
+            match (
+                super::session_open_here("childs"),
+                super::session_open_here("parents"),
+            ) {
+                (true, false) => 0,
+                (false, _) => 60,
+                (true, true) => 61,
+            }
+        });
+        holder.join().unwrap();
+        println!("SCENARIO sessions={code}");
+        assert_eq!(
+            code, 0,
+            "142: killed by the alarm (waited forever); 61: the parent's session counted as the child's"
+        );
+        assert!(super::session_open_here("parents"));
+    }
+
+    /// A child forked while a thread of the parent held the list of open
+    /// sessions notes its own sessions (the list is handed to it free), and
+    /// does not count the parent's as its own.
+    #[test]
+    fn a_child_forked_while_the_list_of_open_sessions_was_locked_notes_its_own() {
+        run_alone(
+            "store::forks::tests::sessions_locked_at_fork_scenario",
+            "TOOLLEDGER_SESSIONS_LOCKED",
         );
     }
 

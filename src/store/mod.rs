@@ -67,7 +67,9 @@ pub use executions::{Fence, NewExecution, StatusFields, StoredAnswer};
 /// Forking helpers for the tests of other modules.
 #[cfg(all(test, unix))]
 pub(crate) use forks::tests as fork_tests;
-pub(crate) use forks::{Opener, ParentOnlyFd};
+pub(crate) use forks::{
+    note_session_closed, note_session_open, session_open_here, Opener, ParentOnlyFd,
+};
 pub use modes::{private_dir, private_file};
 pub use retention::{PruneCandidate, PrunedRows, Tombstone};
 

@@ -153,6 +153,29 @@ impl Dao<'_> {
         Ok(())
     }
 
+    /// Registers a session that has no row yet; a row already there (and
+    /// its suspension mark) is left as it is.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn register_session_if_missing(
+        &self,
+        session: &SessionId,
+        lock_path: &str,
+        boot_id: &str,
+        opened_ms: i64,
+        pid: u32,
+    ) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO sessions (session_id, lock_path, boot_id, opened_ms, pid)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(session_id) DO NOTHING",
+            )?
+            .execute(params![session, lock_path, boot_id, opened_ms, pid])?;
+        Ok(())
+    }
+
     /// Marks a session suspended at `at_ms` (boot clock of `boot_id`) for
     /// `lease_ms`. Returns false when the session has no row.
     ///

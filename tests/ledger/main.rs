@@ -48,6 +48,7 @@ mod retention_review;
 mod rev13_review;
 mod rev13b_review;
 mod rev13c_review;
+mod rev13d_review;
 mod round_faults;
 mod sqlite_build;
 mod storage_faults;

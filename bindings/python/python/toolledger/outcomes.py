@@ -153,8 +153,9 @@ class Conflict(CallOutcome):
 
 @dataclass(frozen=True)
 class InFlight(CallOutcome):
-    """Another live session is running it (or a suspended one, whose claim
-    lapses after `retry_after` seconds)."""
+    """Another live session is running it (or a suspended one: ask again
+    after `retry_after` seconds; its claim ends once its lease lapsed and
+    its process is gone)."""
 
     __repr__ = CallOutcome.__repr__
 
