@@ -824,13 +824,22 @@ impl Ledger {
                 return Err(e.into());
             }
             // Active again: the lock says so; the row must not say "suspended".
-            if let Err(e) = self.register() {
-                // Not resumed after all (a busy file): suspended again, with
-                // no lock held while the app may be frozen; the row keeps
-                // its mark.
-                let _ = self.store.suspend();
-                self.sessions.release_suspended();
-                return Err(e);
+            match self.register() {
+                Ok(()) => {}
+                Err(e @ Error::Store(crate::store::Error::Busy)) => {
+                    // Not resumed after all (another process holds the
+                    // file: ask again): suspended again, with no lock held
+                    // while the app may be frozen; the row keeps its mark.
+                    let _ = self.store.suspend();
+                    self.sessions.release_suspended();
+                    return Err(e);
+                }
+                // Any other failure (a full disk): resumed all the same, so
+                // that replays and reads still answer. The row keeps its
+                // old mark, which the lock now held overrules (and, once
+                // this process is gone, a lapsed lease and the process
+                // check judge it as before).
+                Err(_) => {}
             }
         }
         if self.suspend_asked.swap(false, Ordering::SeqCst) {

@@ -63,6 +63,9 @@ pub(crate) struct Sessions {
     row_deleted: std::sync::atomic::AtomicBool,
     /// How many records this session has written to its lock file.
     written: std::sync::atomic::AtomicU64,
+    /// The identity of the lock file this session last locked (see
+    /// `file_id_text`).
+    locked_id: Mutex<Option<String>>,
 }
 
 /// A held session lock file. A child made by `fork()` does not keep the
@@ -98,6 +101,7 @@ impl Sessions {
             abandoned: std::sync::atomic::AtomicBool::new(false),
             row_deleted: std::sync::atomic::AtomicBool::new(false),
             written: std::sync::atomic::AtomicU64::new(0),
+            locked_id: Mutex::new(None),
         };
         sessions.acquire()?;
         process::note_open(&sessions.own);
@@ -134,8 +138,9 @@ impl Sessions {
         self.held.lock().map(|h| h.is_some()).unwrap_or(false)
     }
 
-    /// (Re)takes this session's lock. Blocks only while a cleaner holds the
-    /// file for the instant it takes to delete it.
+    /// (Re)takes this session's lock. Waits while another session's probe
+    /// or clean holds it for its instant, at most [`LOCK_PATIENCE`] (a
+    /// frozen prober): an error after that.
     pub(crate) fn acquire(&self) -> io::Result<()> {
         let Some(path) = self.own_lock_path() else {
             return Ok(());
@@ -175,8 +180,11 @@ impl Sessions {
                 let _ = fs::remove_file(&path);
                 continue;
             }
-            file.lock()?;
+            lock_bounded(&file)?;
             if same_file(&file, &path) {
+                if let Ok(mut id) = self.locked_id.lock() {
+                    *id = file.metadata().ok().as_ref().and_then(file_id_text);
+                }
                 record_process(&file, self.pid, self.next_seq());
                 *held = Some(Held {
                     _parent_only: parent_only,
@@ -247,7 +255,8 @@ impl Sessions {
 
     /// What the lock file at `path` says of its session: the start time of
     /// the process that took it, and whether the session was closed (see
-    /// [`LockRecord`]). Nothing readable: an empty record.
+    /// [`LockRecord`]). No file: an empty record; a file that cannot be
+    /// read: one marked `unreadable`.
     pub(crate) fn record_at(path: &Path) -> LockRecord {
         use std::io::Read;
         let unreadable = LockRecord {
@@ -321,12 +330,15 @@ impl Sessions {
         if probe != Probe::Free {
             return (probe, before);
         }
-        if before.replaced {
-            // Not the file its owner locked (a copy put back in its place):
-            // its lock says nothing, as if the file were gone.
-            return (Probe::Absent, before);
-        }
+
         let after = Sessions::record_at(path);
+        if before.replaced || after.replaced {
+            // Not the file its owner locked (a copy put in its place, before
+            // or during the probe): its lock says nothing, as if the file
+            // were gone.
+            let record = if before.replaced { before } else { after };
+            return (Probe::Absent, record);
+        }
         let changed = before.seq != after.seq;
         (
             probe,
@@ -430,8 +442,14 @@ impl Drop for Sessions {
                 // come back. Not under its lock: another session's probe
                 // may hold that for an instant, and only this session
                 // writes the file (a cleaner only deletes it).
+                // Only the very file this session locked (not a copy or
+                // another file put at the path since).
                 if let Ok(file) = open_lock_file(&path) {
-                    mark_closed(&file);
+                    let locked = self.locked_id.lock().ok().and_then(|id| id.clone());
+                    let here = file.metadata().ok().as_ref().and_then(file_id_text);
+                    if locked.is_some() && locked == here {
+                        mark_closed(&file);
+                    }
                 }
             }
         }
@@ -531,17 +549,44 @@ fn write_record(file: &File, record: &str) {
         bytes.resize(RECORD_LEN - 1, b' ');
         bytes.push(b'\n');
     }
+    // Always into this session's own lock file: `acquire` made sure it is
+    // a regular file with no other name when it locked it (a name linked
+    // to it since only names this same file).
     #[cfg(unix)]
     {
-        use std::os::unix::fs::{FileExt, MetadataExt};
-        // Only into a lock file of its own: a regular file with no other
-        // name (a hard link to another file would have it overwritten).
-        if file.metadata().is_ok_and(|m| m.is_file() && m.nlink() == 1) {
-            let _ = file.write_all_at(&bytes, 0);
-        }
+        use std::os::unix::fs::FileExt;
+        let _ = file.write_all_at(&bytes, 0);
     }
     #[cfg(not(unix))]
     let _ = (file, bytes);
+}
+
+/// How long `acquire` waits for its own lock file's lock: another
+/// session's probe or clean holds it for an instant, but a prober frozen in
+/// that instant (a stopped process) would hold it for as long as it stays
+/// frozen.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Takes the lock of `file`, waiting at most [`LOCK_PATIENCE`] for another
+/// holder (an error then: the caller's open or resume fails, and can be
+/// asked again).
+fn lock_bounded(file: &File) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "the session lock file is held by another process",
+                ))
+            }
+            Err(TryLockError::Error(e)) => return Err(e),
+        }
+    }
 }
 
 /// True when `file` is the file now at `path`.
@@ -738,6 +783,55 @@ mod tests {
             a.acquire().unwrap();
             assert_eq!(Sessions::probe(&path), Probe::Held);
         }
+    }
+
+    /// A running owner's lock file replaced by a copy of itself (a restore,
+    /// a sync tool) between the first read of the record and the probe:
+    /// the probe finds the copy free, and the second read, which names
+    /// another file, makes it a missing lock file, so the owner is judged by
+    /// its process (found by the fifth review: only the first read was
+    /// checked, and the live owner was judged dead).
+    #[cfg(unix)]
+    #[test]
+    fn a_lock_file_replaced_between_the_first_read_and_the_probe_reads_as_missing() {
+        use crate::ledger::owners::{judge, Liveness, Needs};
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("l.db");
+        let a = Sessions::start(Some(&db), SessionId::generate()).unwrap();
+        let path = a.own_lock_path().unwrap();
+        assert_eq!(Sessions::probe(&path), Probe::Held);
+        let (probe, record) = Sessions::observe_around(
+            &path,
+            || {
+                let bytes = fs::read(&path).unwrap();
+                let tmp = path.with_extension("tmp");
+                fs::write(&tmp, &bytes).unwrap();
+                fs::rename(&tmp, &path).unwrap(); // atomic replace, as sync tools do
+            },
+            || {},
+        );
+        let row = crate::store::SessionRow {
+            session_id: a.own().clone(),
+            lock_path: path.to_string_lossy().into_owned(),
+            boot_id: String::new(),
+            suspended_ms: None,
+            suspend_lease_ms: None,
+            opened_ms: 0,
+            pid: i64::from(std::process::id()),
+        };
+        let now = crate::model::Monotonic::new("", 10);
+        // `runs_still` as in owners.rs.
+        let liveness = judge(probe, Some(&row), &now, |needs| {
+            let said = match needs {
+                Needs::SaysSuspended => record.suspended || record.unreadable,
+                Needs::Process => true,
+            };
+            !record.closed && said && process::still_runs(row.pid, record.start, a.own())
+        });
+        assert!(
+            !matches!(liveness, Liveness::Dead(_)),
+            "a running owner (its lock held on the original inode) judged {liveness:?}: probe {probe:?}, record {record:?}"
+        );
     }
 
     #[cfg(unix)]

@@ -49,6 +49,7 @@ mod rev13_review;
 mod rev13b_review;
 mod rev13c_review;
 mod rev13d_review;
+mod rev13e_review;
 mod round_faults;
 mod sqlite_build;
 mod storage_faults;
