@@ -309,8 +309,8 @@ impl Ledger {
     }
 
     fn with_store(store: Store, config: LedgerConfig, clock: Arc<dyn Clock>) -> Result<Ledger> {
-        let sessions = Sessions::start(store.path(), SessionId::generate())
-            .map_err(|e| Error::Session(e.kind().to_string()))?;
+        let sessions =
+            Sessions::start(store.path(), SessionId::generate()).map_err(session_error)?;
         let flusher = Flusher::new(config.deferred_commits.deadline, config.idle_checkpoint);
         let ledger = Ledger {
             store: GuardedStore::new(store),
@@ -814,9 +814,7 @@ impl Ledger {
         {
             let _one_at_a_time = self.lifecycle();
             self.suspend_asked.store(false, Ordering::SeqCst);
-            self.sessions
-                .acquire()
-                .map_err(|e| Error::Session(e.kind().to_string()))?;
+            self.sessions.acquire().map_err(session_error)?;
             if let Err(e) = self.store.resume() {
                 // Still suspended: no lock held while the app may be frozen
                 // (iOS kills an app that holds one in a shared container).
@@ -1010,6 +1008,17 @@ impl Ledger {
         } else {
             false
         }
+    }
+}
+
+/// The error of a session lock file: `Busy` when its lock stayed held by
+/// another process past the wait (a frozen prober: ask again), else
+/// `Session`.
+fn session_error(e: std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        Error::Store(crate::store::Error::Busy)
+    } else {
+        Error::Session(e.kind().to_string())
     }
 }
 

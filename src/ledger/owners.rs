@@ -62,7 +62,14 @@ pub(crate) fn judge(
         // No row (its registration was refused, or an older build's
         // session): only a lock file that says its session let go of it to
         // suspend, and names a process that may still run it, is alive.
-        if probe == Probe::Free && still_runs(Needs::SaysSuspended) {
+        let needs = if probe == Probe::Free {
+            Needs::SaysSuspended
+        } else {
+            // No file there, or a copy in its place (which may name the
+            // owner's process).
+            Needs::Named
+        };
+        if still_runs(needs) {
             return Liveness::Alive;
         }
         return Liveness::Dead(DEAD_LOCK_RELEASED);
@@ -122,12 +129,14 @@ pub(crate) enum Needs {
     /// where it has one, by its id alone otherwise: a file deleted, an
     /// older build's empty file, or one a full disk kept empty).
     Process,
+    /// No row: the file (a copy put in its place) must name the process.
+    Named,
 }
 
 /// Does the process of `session` (its row, if any, and its lock file's
 /// `record`) still run it, given what `needs` asks of the file? (See
 /// `process`.)
-fn runs_still(
+pub(crate) fn runs_still(
     session: &SessionId,
     row: Option<&SessionRow>,
     record: &LockRecord,
@@ -137,8 +146,12 @@ fn runs_still(
         return false;
     }
     let said = match needs {
-        Needs::SaysSuspended => record.suspended || record.unreadable,
+        // A file that says nothing at all (empty: an older build's, or one
+        // whose first record a full disk refused) cannot tell an `exec()`
+        // from a suspension: the process is asked.
+        Needs::SaysSuspended => record.suspended || record.unreadable || record.is_blank(),
         Needs::Process => true,
+        Needs::Named => record.pid.is_some(),
     };
     let Some(pid) = row.map(|row| row.pid).or(record.pid) else {
         return false;
@@ -425,14 +438,20 @@ mod tests {
             true
         });
         assert_eq!(asked.get(), Some(Needs::Process));
-        // No row: a free file must say suspended; no file, nothing to ask.
+        // No row: a free file must say suspended; no file (or a copy in
+        // its place) must name the process.
         let _ = judge(Probe::Free, None, &now, |needs| {
             asked.set(Some(needs));
             true
         });
         assert_eq!(asked.get(), Some(Needs::SaysSuspended));
+        let _ = judge(Probe::Absent, None, &now, |needs| {
+            asked.set(Some(needs));
+            true
+        });
+        assert_eq!(asked.get(), Some(Needs::Named));
         assert_eq!(
-            judge(Probe::Absent, None, &now, |_| panic!("asked")),
+            judge(Probe::Absent, None, &now, |_| false),
             Liveness::Dead(DEAD_LOCK_RELEASED)
         );
     }

@@ -302,6 +302,7 @@ impl Sessions {
             seq: field("seq"),
             unreadable: false,
             replaced: written_to.is_some_and(|id| Some(id) != file_id_text(&meta).as_deref()),
+            written_to: written_to.map(str::to_owned),
         }
     }
 
@@ -444,10 +445,16 @@ impl Drop for Sessions {
                 // writes the file (a cleaner only deletes it).
                 // Only the very file this session locked (not a copy or
                 // another file put at the path since).
+                // Or a copy of it put in its place (a restore, a sync tool:
+                // its record names the file this session locked), a
+                // regular file with no other name.
                 if let Ok(file) = open_lock_file(&path) {
                     let locked = self.locked_id.lock().ok().and_then(|id| id.clone());
                     let here = file.metadata().ok().as_ref().and_then(file_id_text);
-                    if locked.is_some() && locked == here {
+                    let copy_of_ours = own_file(&file)
+                        && locked.is_some()
+                        && Sessions::record_at(&path).names_file(locked.as_deref());
+                    if locked.is_some() && (locked == here || copy_of_ours) {
                         mark_closed(&file);
                     }
                 }
@@ -458,7 +465,7 @@ impl Drop for Sessions {
 }
 
 /// What a lock file records of its session ([`Sessions::record_at`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct LockRecord {
     /// The session was closed (its ledger dropped): no process runs it.
     pub(crate) closed: bool,
@@ -477,6 +484,25 @@ pub(crate) struct LockRecord {
     /// The record names another file than the one it was read from (the
     /// lock file was replaced by a copy): its lock tells nothing.
     pub(crate) replaced: bool,
+    /// The file the record says it was written to (`file_id_text`).
+    pub(crate) written_to: Option<String>,
+}
+
+impl LockRecord {
+    /// True for a file that says nothing (empty, or no line of a record).
+    pub(crate) fn is_blank(&self) -> bool {
+        !self.closed
+            && !self.suspended
+            && !self.unreadable
+            && self.pid.is_none()
+            && self.start.is_none()
+            && self.seq.is_none()
+    }
+
+    /// True when the record says it was written to the file `id`.
+    pub(crate) fn names_file(&self, id: Option<&str>) -> bool {
+        id.is_some() && self.written_to.as_deref() == id
+    }
 }
 
 /// The most of a lock file [`Sessions::record_at`] reads.
@@ -794,7 +820,7 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn a_lock_file_replaced_between_the_first_read_and_the_probe_reads_as_missing() {
-        use crate::ledger::owners::{judge, Liveness, Needs};
+        use crate::ledger::owners::{judge, Liveness};
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("l.db");
         let a = Sessions::start(Some(&db), SessionId::generate()).unwrap();
@@ -820,13 +846,8 @@ mod tests {
             pid: i64::from(std::process::id()),
         };
         let now = crate::model::Monotonic::new("", 10);
-        // `runs_still` as in owners.rs.
         let liveness = judge(probe, Some(&row), &now, |needs| {
-            let said = match needs {
-                Needs::SaysSuspended => record.suspended || record.unreadable,
-                Needs::Process => true,
-            };
-            !record.closed && said && process::still_runs(row.pid, record.start, a.own())
+            crate::ledger::owners::runs_still(a.own(), Some(&row), &record, needs)
         });
         assert!(
             !matches!(liveness, Liveness::Dead(_)),

@@ -50,6 +50,7 @@ mod rev13b_review;
 mod rev13c_review;
 mod rev13d_review;
 mod rev13e_review;
+mod rev13f_review;
 mod round_faults;
 mod sqlite_build;
 mod storage_faults;
