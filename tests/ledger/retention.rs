@@ -634,7 +634,8 @@ fn a_v1_database_migrates_to_the_current_version_and_equals_a_fresh_schema() {
     assert!(err.to_string().contains("CHECK"), "{err}");
 }
 
-/// An owner suspended past its lease is taken over; the new attempt
+/// An owner suspended past its lease, in a process the others cannot match,
+/// is taken over; the new attempt
 /// commits, is delivered and pruned. The old owner then resumes and reports
 /// what its attempt did (an effect the world has): that report must not
 /// vanish. It is refused, and what it carried is kept somewhere the app can
@@ -655,6 +656,9 @@ fn a_stale_attempt_reporting_after_its_execution_was_pruned_is_refused_and_not_l
         panic!()
     };
     app.suspend().unwrap();
+    // A process the extension cannot match: past the lease, the lease
+    // alone decides.
+    assert!(pretend_another_process(&path, app.session_id().as_str()));
     clock.advance(60_000);
     let Begin::Reconcile(r) = extension.begin(&op("o"), 0, &s).unwrap() else {
         panic!()
