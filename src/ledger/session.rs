@@ -359,6 +359,42 @@ impl Sessions {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Marks `closed` what stands at this session's lock path as it closes
+    /// with its row kept: the very file it locked, or a copy of it put in
+    /// its place (a restore, a sync tool: its record names the file this
+    /// session locked, a regular file with no other name), or, where the
+    /// file is gone (someone deleted it), a new one. Not under its lock:
+    /// another session's probe may hold that for an instant, and only this
+    /// session writes its file (a cleaner only deletes it). Anything else
+    /// at the path is left alone.
+    fn close_at_path(&self, path: &Path) {
+        let locked = self.locked_id.lock().ok().and_then(|id| id.clone());
+        if locked.is_none() {
+            return;
+        }
+        match open_lock_file(path) {
+            Ok(file) => {
+                let here = file.metadata().ok().as_ref().and_then(file_id_text);
+                let copy_of_ours =
+                    own_file(&file) && Sessions::record_at(path).names_file(locked.as_deref());
+                if locked == here || copy_of_ours {
+                    mark_closed(&file);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if let Some(dir) = &self.dir {
+                    let _ = create_private_dir(dir);
+                }
+                if let Ok(file) = open_private(path) {
+                    if own_file(&file) {
+                        mark_closed(&file);
+                    }
+                }
+            }
+            Err(_) => {}
+        }
+    }
+
     /// Is the lock at `path` held? Never deletes anything.
     pub(crate) fn probe(path: &Path) -> Probe {
         let file = match open_lock_file(path) {
@@ -425,39 +461,23 @@ impl Drop for Sessions {
         process::note_closed(&self.own);
         if let Some(path) = self.own_lock_path() {
             let row_deleted = self.row_deleted.load(std::sync::atomic::Ordering::Relaxed);
-            if let Ok(held) = self.held.lock() {
-                if let Some(held) = held.as_ref() {
-                    // The owner ends its own file while it still holds the
-                    // lock: deleted with its row, else marked closed.
-                    if row_deleted {
-                        let _ = fs::remove_file(&path);
-                    } else {
+            let held = self.holds_lock();
+            if row_deleted && held {
+                // The owner deletes its own file while it still holds the
+                // lock, with its row.
+                let _ = fs::remove_file(&path);
+            } else if !row_deleted {
+                // Its row stays (a failed write, or a suspended ledger):
+                // the session is marked closed so that no one takes this
+                // process, which may run on, for an owner that may come
+                // back. Into the file it holds, and into whatever stands
+                // at the path for it (see `close_at_path`).
+                if let Ok(held) = self.held.lock() {
+                    if let Some(held) = held.as_ref() {
                         mark_closed(&held.file);
                     }
                 }
-            }
-            if !self.holds_lock() {
-                // Dropped while suspended (its row stays, with its mark):
-                // the file is marked closed, so that no one takes this
-                // process, which may run on, for a suspended owner that may
-                // come back. Not under its lock: another session's probe
-                // may hold that for an instant, and only this session
-                // writes the file (a cleaner only deletes it).
-                // Only the very file this session locked (not a copy or
-                // another file put at the path since).
-                // Or a copy of it put in its place (a restore, a sync tool:
-                // its record names the file this session locked), a
-                // regular file with no other name.
-                if let Ok(file) = open_lock_file(&path) {
-                    let locked = self.locked_id.lock().ok().and_then(|id| id.clone());
-                    let here = file.metadata().ok().as_ref().and_then(file_id_text);
-                    let copy_of_ours = own_file(&file)
-                        && locked.is_some()
-                        && Sessions::record_at(&path).names_file(locked.as_deref());
-                    if locked.is_some() && (locked == here || copy_of_ours) {
-                        mark_closed(&file);
-                    }
-                }
+                self.close_at_path(&path);
             }
         }
         self.release();

@@ -51,6 +51,7 @@ mod rev13c_review;
 mod rev13d_review;
 mod rev13e_review;
 mod rev13f_review;
+mod rev13g_review;
 mod round_faults;
 mod sqlite_build;
 mod storage_faults;
