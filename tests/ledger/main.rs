@@ -34,6 +34,7 @@ mod late_reports;
 mod latest_review;
 mod lifecycle_races;
 mod live_owners;
+mod lock_files;
 mod migrations;
 mod open_review;
 mod ownership;

@@ -5,6 +5,7 @@
 //! The fork scenarios run alone in a test process of their own (a fork in
 //! this multi-threaded test process could copy a lock another test holds).
 
+use super::lock_files::*;
 use std::io::{BufRead, Read};
 use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
@@ -12,18 +13,6 @@ use std::time::{Duration, Instant};
 
 use toolledger::ledger::{Begin, Ledger, LedgerConfig};
 use toolledger_test_support::*;
-
-fn short_lease() -> LedgerConfig {
-    LedgerConfig {
-        lease: Duration::from_millis(300),
-        ..LedgerConfig::default()
-    }
-}
-
-fn variant(b: &Begin) -> String {
-    let shown = format!("{b:?}");
-    shown.split(['(', ' ', '{']).next().unwrap().to_owned()
-}
 
 /// Runs the scenario test `name` alone in a fresh test process, with `var`
 /// set to a fresh directory; its stdout (bounded: 60 s).

@@ -2,31 +2,14 @@
 //! test failed on eccc5ef and passes since the fixes after it (RELIABILITY.md,
 //! row 70).
 
+use super::lock_files::*;
 use std::fs::File;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use toolledger::ledger::{Begin, Ledger, LedgerConfig, ManualClock};
 use toolledger::model::ExecutionStatus;
 use toolledger_test_support::*;
-
-fn lock_of(db: &Path, session: &str) -> PathBuf {
-    let mut name = db.as_os_str().to_os_string();
-    name.push("-sessions");
-    Path::new(&name).join(format!("{session}.lock"))
-}
-
-fn rows_of(db: &Path, session: &str) -> i64 {
-    rusqlite::Connection::open(db)
-        .unwrap()
-        .query_row(
-            "SELECT count(*) FROM sessions WHERE session_id = ?1",
-            [session],
-            |r| r.get(0),
-        )
-        .unwrap()
-}
 
 /// A session whose registration at open was refused (the write lock busy
 /// past `busy_timeout`: `with_store` ignores the error) runs calls without

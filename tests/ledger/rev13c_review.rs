@@ -1,35 +1,13 @@
 //! Third review of the liveness rule (e5c08b5). Each `defect_*` test failed
 //! on e5c08b5 and passes since the fixes after it (RELIABILITY.md, row 71).
 
-use std::path::{Path, PathBuf};
+use super::lock_files::*;
 use std::sync::Arc;
 use std::time::Duration;
 
 use toolledger::ledger::{Begin, Ledger, LedgerConfig, ManualClock};
 use toolledger::model::ExecutionStatus;
 use toolledger_test_support::*;
-
-fn lock_of(db: &Path, session: &str) -> PathBuf {
-    let mut name = db.as_os_str().to_os_string();
-    name.push("-sessions");
-    Path::new(&name).join(format!("{session}.lock"))
-}
-
-fn rows_of(db: &Path, session: &str) -> i64 {
-    rusqlite::Connection::open(db)
-        .unwrap()
-        .query_row(
-            "SELECT count(*) FROM sessions WHERE session_id = ?1",
-            [session],
-            |r| r.get(0),
-        )
-        .unwrap()
-}
-
-fn variant(b: &Begin) -> String {
-    let shown = format!("{b:?}");
-    shown.split(['(', ' ', '{']).next().unwrap().to_owned()
-}
 
 /// Row 68 for a session without a row: a session whose registration at
 /// open was refused (busy) runs a call holding its lock; someone deletes its
@@ -103,48 +81,6 @@ fn defect_an_unregistered_running_session_without_its_file_does_not_stop_encrypt
     drop(app);
 }
 
-/// A small file system of its own (tmpfs, root only), unmounted on drop.
-struct Mounted(tempfile::TempDir);
-
-impl Mounted {
-    fn tmpfs(size: &str) -> Option<Mounted> {
-        let dir = tempfile::tempdir().ok()?;
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .ok()?
-            .success();
-        ok.then_some(Mounted(dir))
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(self.0.path())
-            .status();
-    }
-}
-
-/// Fills the file system of `dir` up: writes a filler until `ENOSPC`
-/// (bounded by the file system's size).
-fn fill(dir: &Path) -> PathBuf {
-    use std::io::Write;
-    let filler = dir.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let chunk = vec![0u8; 4096];
-    for _ in 0..1_000_000 {
-        match f.write(&chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-    }
-    let _ = f.sync_all();
-    filler
-}
-
 /// The lock file's record is "rewritten in place, so a full disk does not
 /// stop it" (session.rs), but the first record of a fresh lock file needs a
 /// block: a session opened on a full disk (SQLite goes on writing into the
@@ -160,7 +96,7 @@ fn defect_a_session_opened_on_a_full_disk_is_judged_by_the_lease_alone() {
         eprintln!("no tmpfs (not root): skipped");
         return;
     };
-    let path = fs.0.path().join("l.db");
+    let path = fs.path().join("l.db");
     let (extension, clock) = open_at(&path);
     // WAL frames to write into later, then the WAL restarted.
     for i in 0..40 {
@@ -175,7 +111,7 @@ fn defect_a_session_opened_on_a_full_disk_is_judged_by_the_lease_alone() {
     conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
         .unwrap();
     drop(conn);
-    let filler = fill(fs.0.path());
+    let filler = fill(fs.path());
 
     let app = open_with(&path, &clock);
     let session = app.session_id().as_str().to_owned();
@@ -217,7 +153,7 @@ fn control_a_session_opened_with_room_stays_owner_past_its_lease() {
         eprintln!("no tmpfs (not root): skipped");
         return;
     };
-    let path = fs.0.path().join("l.db");
+    let path = fs.path().join("l.db");
     let (extension, clock) = open_at(&path);
     let app = open_with(&path, &clock);
     let s = spec("c1", "pay", "{}");

@@ -1,22 +1,11 @@
 //! Fourth review of the liveness rule (87b8d04). Each `defect_*` test failed
 //! on 87b8d04 and passes since the fixes after it (RELIABILITY.md, row 72).
 
-use std::path::{Path, PathBuf};
+use super::lock_files::*;
 
 use toolledger::ledger::{Begin, Ledger, LedgerConfig};
 use toolledger::model::ExecutionStatus;
 use toolledger_test_support::*;
-
-fn lock_of(db: &Path, session: &str) -> PathBuf {
-    let mut name = db.as_os_str().to_os_string();
-    name.push("-sessions");
-    Path::new(&name).join(format!("{session}.lock"))
-}
-
-fn variant(b: &Begin) -> String {
-    let shown = format!("{b:?}");
-    shown.split(['(', ' ', '{']).next().unwrap().to_owned()
-}
 
 /// A running owner (its lock held) whose lock file is replaced by a copy of
 /// itself (a backup restored, a sync tool, `cp` over it: a new inode at the

@@ -1,23 +1,12 @@
 //! Fifth review of the liveness rule (86dbe74). Each `defect_*` test failed
 //! on 86dbe74 and passes since the fixes after it (RELIABILITY.md, row 73).
 
-use std::path::{Path, PathBuf};
+use super::lock_files::*;
 use std::time::Duration;
 
 use toolledger::ledger::{Begin, Ledger, LedgerConfig};
 use toolledger::model::ExecutionStatus;
 use toolledger_test_support::*;
-
-fn lock_of(db: &Path, session: &str) -> PathBuf {
-    let mut name = db.as_os_str().to_os_string();
-    name.push("-sessions");
-    Path::new(&name).join(format!("{session}.lock"))
-}
-
-fn variant(b: &Begin) -> String {
-    let shown = format!("{b:?}");
-    shown.split(['(', ' ', '{']).next().unwrap().to_owned()
-}
 
 /// A hard link made to a running owner's lock file after it took its lock
 /// (a hard-link backup: `cp -al`, `rsync --link-dest`, rsnapshot) makes

@@ -1,86 +1,12 @@
 //! Sixth review of the liveness rule (cb4d6fa). Each `defect_*` test failed
 //! on cb4d6fa and passes since the fixes after it (RELIABILITY.md, row 74).
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use super::lock_files::*;
 use std::time::{Duration, Instant};
 
-use toolledger::ledger::{Begin, Ledger, LedgerConfig, ManualClock};
+use toolledger::ledger::{Begin, Ledger, LedgerConfig};
 use toolledger::model::ExecutionStatus;
 use toolledger_test_support::*;
-
-fn lock_of(db: &Path, session: &str) -> PathBuf {
-    let mut name = db.as_os_str().to_os_string();
-    name.push("-sessions");
-    Path::new(&name).join(format!("{session}.lock"))
-}
-
-fn variant(b: &Begin) -> String {
-    let shown = format!("{b:?}");
-    shown.split(['(', ' ', '{']).next().unwrap().to_owned()
-}
-
-/// Replaces `file` by a copy of itself (atomic rename, as a sync tool or a
-/// restore does).
-fn replace_by_copy(file: &Path) {
-    let bytes = std::fs::read(file).unwrap();
-    let tmp = file.with_extension("tmp");
-    std::fs::write(&tmp, &bytes).unwrap();
-    std::fs::rename(&tmp, file).unwrap();
-}
-
-/// Child: opens the ledger at `$TOOLLEDGER_REV13F_DB` with a manual clock
-/// an hour past the parent's (past any lease), begins call c1 of
-/// operation o and prints the answer.
-#[test]
-fn rev13f_child_begins_past_the_lease() {
-    let Ok(db) = std::env::var("TOOLLEDGER_REV13F_DB") else {
-        return;
-    };
-    let clock = Arc::new(ManualClock::new(1_000_000 + 3_600_000));
-    let other = Ledger::open_with_clock(Path::new(&db), LedgerConfig::default(), clock).unwrap();
-    let answer = other.begin(&op("o"), 0, &spec("c1", "pay", "{}")).unwrap();
-    println!("CHILD-ANSWER {}", variant(&answer));
-}
-
-/// Runs the child in a process of its own and returns its answer.
-fn child_answer(db: &Path) -> String {
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "rev13f_review::rev13f_child_begins_past_the_lease",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TOOLLEDGER_REV13F_DB", db)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("child never finished");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    stdout
-        .lines()
-        .find_map(|l| l.split_once("CHILD-ANSWER ").map(|(_, a)| a.trim()))
-        .map(str::to_owned)
-        .unwrap_or_else(|| {
-            panic!(
-                "no answer: {stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
-}
 
 /// cb4d6fa: a suspended ledger's drop writes `closed` only into a file
 /// whose identity equals `locked_id`. A suspended app whose lock file was
@@ -154,46 +80,6 @@ fn defect_an_unregistered_running_session_whose_lock_file_was_replaced_does_not_
     drop(app);
 }
 
-/// A small file system of its own (tmpfs, root only), unmounted on drop.
-struct Mounted(tempfile::TempDir);
-
-impl Mounted {
-    fn tmpfs(size: &str) -> Option<Mounted> {
-        let dir = tempfile::tempdir().ok()?;
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .ok()?
-            .success();
-        ok.then_some(Mounted(dir))
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(self.0.path())
-            .status();
-    }
-}
-
-fn fill(dir: &Path) -> PathBuf {
-    use std::io::Write;
-    let filler = dir.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let chunk = vec![0u8; 4096];
-    for _ in 0..1_000_000 {
-        match f.write(&chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-    }
-    let _ = f.sync_all();
-    filler
-}
-
 /// A session opened on a full disk has an empty lock file (row 71). Room
 /// comes back; it begins a call (its row is written then). The disk fills
 /// again and the app is suspended: the mark is refused (simulated by a
@@ -209,7 +95,7 @@ fn defect_a_full_disk_session_whose_mark_is_refused_is_taken_over_at_once() {
         eprintln!("no tmpfs (not root): skipped");
         return;
     };
-    let path = fs.0.path().join("l.db");
+    let path = fs.path().join("l.db");
     let (extension, clock) = open_at(&path);
     for i in 0..40 {
         let s = spec(&format!("w{i}"), "warm", "{}");
@@ -228,14 +114,14 @@ fn defect_a_full_disk_session_whose_mark_is_refused_is_taken_over_at_once() {
     conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
         .unwrap();
     drop(conn);
-    let filler = fill(fs.0.path());
+    let filler = fill(fs.path());
     let app = open_with(&path, &clock);
     let lock = lock_of(&path, app.session_id().as_str());
     let len_at_open = std::fs::metadata(&lock).unwrap().len();
     std::fs::remove_file(&filler).unwrap();
     let s = spec("c1", "pay", "{}");
     let t = ticket(app.begin(&op("o"), 0, &s).unwrap());
-    let filler = fill(fs.0.path());
+    let filler = fill(fs.path());
     let suspended = app.suspend();
     let len_after_suspend = std::fs::metadata(&lock).unwrap().len();
     std::fs::remove_file(&filler).unwrap();

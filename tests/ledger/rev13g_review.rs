@@ -2,79 +2,12 @@
 //! tests pass since the fix after it (RELIABILITY.md, row 75); the third is
 //! kept ignored (Known limits).
 
-use std::path::{Path, PathBuf};
+use super::lock_files::*;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use toolledger::ledger::{Begin, Ledger, LedgerConfig, ManualClock};
 use toolledger_test_support::*;
-
-fn lock_of(db: &Path, session: &str) -> PathBuf {
-    let mut name = db.as_os_str().to_os_string();
-    name.push("-sessions");
-    Path::new(&name).join(format!("{session}.lock"))
-}
-
-fn variant(b: &Begin) -> String {
-    let shown = format!("{b:?}");
-    shown.split(['(', ' ', '{']).next().unwrap().to_owned()
-}
-
-fn replace_by_copy(file: &Path) {
-    let bytes = std::fs::read(file).unwrap();
-    let tmp = file.with_extension("tmp");
-    std::fs::write(&tmp, &bytes).unwrap();
-    std::fs::rename(&tmp, file).unwrap();
-}
-
-/// Child: another process, an hour past the parent's clock, begins c1.
-#[test]
-fn rev13g_child_begins_past_the_lease() {
-    let Ok(db) = std::env::var("TOOLLEDGER_REV13G_DB") else {
-        return;
-    };
-    let clock = Arc::new(ManualClock::new(1_000_000 + 3_600_000));
-    let other = Ledger::open_with_clock(Path::new(&db), LedgerConfig::default(), clock).unwrap();
-    let answer = other.begin(&op("o"), 0, &spec("c1", "pay", "{}")).unwrap();
-    println!("CHILD-ANSWER {}", variant(&answer));
-}
-
-fn child_answer(db: &Path) -> String {
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "rev13g_review::rev13g_child_begins_past_the_lease",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TOOLLEDGER_REV13G_DB", db)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("child never finished");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    stdout
-        .lines()
-        .find_map(|l| {
-            l.split_once("CHILD-ANSWER ")
-                .map(|(_, a)| a.trim().to_owned())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "no answer: {stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
-}
 
 /// A suspended ledger whose lock file was deleted meanwhile (the case the
 /// design names: "someone deleted its lock file") is dropped while its
@@ -148,46 +81,6 @@ fn defect_a_running_ledger_dropped_with_its_row_kept_after_its_lock_file_was_rep
     );
 }
 
-/// A small file system of its own (tmpfs, root only), unmounted on drop.
-struct Mounted(tempfile::TempDir);
-
-impl Mounted {
-    fn tmpfs(size: &str) -> Option<Mounted> {
-        let dir = tempfile::tempdir().ok()?;
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .ok()?
-            .success();
-        ok.then_some(Mounted(dir))
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(self.0.path())
-            .status();
-    }
-}
-
-fn fill(dir: &Path) -> PathBuf {
-    use std::io::Write;
-    let filler = dir.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let chunk = vec![0u8; 4096];
-    for _ in 0..1_000_000 {
-        match f.write(&chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-    }
-    let _ = f.sync_all();
-    filler
-}
-
 /// rev13f's full-disk session (empty lock file, mark refused), then
 /// dropped while suspended with the disk still full: `closed` cannot be
 /// written into the empty file either. On cb4d6fa the empty file counted
@@ -202,7 +95,7 @@ fn defect_a_full_disk_session_dropped_while_suspended_keeps_its_call_in_flight()
         eprintln!("no tmpfs (not root): skipped");
         return;
     };
-    let path = fs.0.path().join("l.db");
+    let path = fs.path().join("l.db");
     let (extension, clock) = open_at(&path);
     for i in 0..40 {
         let s = spec(&format!("w{i}"), "warm", "{}");
@@ -221,12 +114,12 @@ fn defect_a_full_disk_session_dropped_while_suspended_keeps_its_call_in_flight()
     conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
         .unwrap();
     drop(conn);
-    let filler = fill(fs.0.path());
+    let filler = fill(fs.path());
     let app = open_with(&path, &clock);
     let lock = lock_of(&path, app.session_id().as_str());
     std::fs::remove_file(&filler).unwrap();
     let _t = ticket(app.begin(&op("o"), 0, &spec("c1", "pay", "{}")).unwrap());
-    let filler = fill(fs.0.path());
+    let filler = fill(fs.path());
     let suspended = app.suspend();
     drop(app); // closed: nothing can send for this session now
     let len = std::fs::metadata(&lock).map(|m| m.len());

@@ -146,7 +146,8 @@ fn committed(ledger: &Ledger) -> Vec<(String, String)> {
 }
 
 /// A mount that is undone on drop.
-struct Mount(PathBuf);
+/// A mounted file system, unmounted (lazily) on drop.
+pub(super) struct Mount(PathBuf);
 
 impl Drop for Mount {
     fn drop(&mut self) {
@@ -170,7 +171,8 @@ fn sh(program: &str, args: &[&str]) -> Result<(), String> {
     }
 }
 
-fn mount_tmpfs(dir: &Path, size: &str) -> Option<Mount> {
+/// Mounts a tmpfs of `size` on `dir` (root only; `None`, saying so, otherwise).
+pub(super) fn mount_tmpfs(dir: &Path, size: &str) -> Option<Mount> {
     let target = dir.to_str()?;
     match sh(
         "mount",
@@ -192,7 +194,7 @@ fn mount_tmpfs(dir: &Path, size: &str) -> Option<Mount> {
 }
 
 /// Fills the filesystem holding `dir` with one file until ENOSPC.
-fn fill(dir: &Path) -> PathBuf {
+pub(super) fn fill(dir: &Path) -> PathBuf {
     use std::io::Write;
     let path = dir.join("filler");
     let mut f = std::fs::File::create(&path).unwrap();
