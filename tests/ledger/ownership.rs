@@ -406,17 +406,51 @@ fn a_reused_process_id_does_not_keep_a_suspended_owner_alive() {
     child.wait().unwrap();
 }
 
-#[test]
-fn a_suspended_owner_is_alive_until_its_lease_lapses_on_the_boot_clock() {
+/// An app that began call c1 (`pay`) of operation o and suspended, and an
+/// extension on the same file and manual clock.
+struct SuspendedApp {
+    app: Ledger,
+    extension: Ledger,
+    s: CallSpec,
+    ticket: Ticket,
+    clock: Arc<ManualClock>,
+    path: std::path::PathBuf,
+    /// Declared last: the files go after both ledgers.
+    dir: tempfile::TempDir,
+}
+
+fn suspended_app() -> SuspendedApp {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
     let (app, clock) = open_at(&path);
     let extension = open_with(&path, &clock);
     let s = spec("c1", "pay", "{}");
-    let Begin::Execute(t) = app.begin(&op("o"), 0, &s).unwrap() else {
+    let Begin::Execute(ticket) = app.begin(&op("o"), 0, &s).unwrap() else {
         panic!()
     };
     app.suspend().unwrap();
+    SuspendedApp {
+        app,
+        extension,
+        s,
+        ticket,
+        clock,
+        path,
+        dir,
+    }
+}
+
+#[test]
+fn a_suspended_owner_is_alive_until_its_lease_lapses_on_the_boot_clock() {
+    let SuspendedApp {
+        app,
+        extension,
+        s,
+        dir: _dir,
+        path: _path,
+        clock,
+        ticket: t,
+    } = suspended_app();
     // The suspended app holds no lock, yet its call is not up for grabs.
     match extension.begin(&op("o"), 0, &s).unwrap() {
         Begin::InFlight {
@@ -472,15 +506,15 @@ fn a_suspended_owner_is_alive_until_its_lease_lapses_on_the_boot_clock() {
 
 #[test]
 fn a_suspended_owner_killed_inside_its_lease_stays_owner_until_the_lease_lapses() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l.db");
-    let (app, clock) = open_at(&path);
-    let extension = open_with(&path, &clock);
-    let s = spec("c1", "pay", "{}");
-    let Begin::Execute(t) = app.begin(&op("o"), 0, &s).unwrap() else {
-        panic!()
-    };
-    app.suspend().unwrap();
+    let SuspendedApp {
+        app,
+        extension,
+        s,
+        dir: _dir,
+        path: _path,
+        clock,
+        ticket: t,
+    } = suspended_app();
     app.abandon();
     drop(app);
     // Its request may still be on its way: the lease holds, as before.
@@ -502,15 +536,15 @@ fn a_suspended_owner_killed_inside_its_lease_stays_owner_until_the_lease_lapses(
 
 #[test]
 fn a_suspended_ledger_dropped_in_a_running_process_is_taken_over_past_its_lease() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l.db");
-    let (app, clock) = open_at(&path);
-    let extension = open_with(&path, &clock);
-    let s = spec("c1", "pay", "{}");
-    let Begin::Execute(_) = app.begin(&op("o"), 0, &s).unwrap() else {
-        panic!()
-    };
-    app.suspend().unwrap();
+    let SuspendedApp {
+        app,
+        extension,
+        s,
+        dir,
+        path: _path,
+        clock,
+        ticket: _,
+    } = suspended_app();
     let lock = dir
         .path()
         .join(format!("l.db-sessions/{}.lock", app.session_id()));
@@ -537,15 +571,15 @@ fn a_suspended_ledger_dropped_in_a_running_process_is_taken_over_past_its_lease(
 
 #[test]
 fn a_suspension_whose_mark_the_database_refused_still_keeps_its_live_owner() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l.db");
-    let (app, clock) = open_at(&path);
-    let extension = open_with(&path, &clock);
-    let s = spec("c1", "pay", "{}");
-    let Begin::Execute(t) = app.begin(&op("o"), 0, &s).unwrap() else {
-        panic!()
-    };
-    app.suspend().unwrap();
+    let SuspendedApp {
+        app,
+        extension,
+        s,
+        dir,
+        path,
+        clock,
+        ticket: t,
+    } = suspended_app();
     // As if the mark had been refused (a full disk): the row says nothing
     // of the suspension, the lock is free; the lock file says suspended.
     rusqlite::Connection::open(&path)
@@ -585,15 +619,15 @@ fn a_suspension_whose_mark_the_database_refused_still_keeps_its_live_owner() {
 
 #[test]
 fn a_suspended_owner_that_comes_back_after_a_takeover_is_fenced() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l.db");
-    let (app, clock) = open_at(&path);
-    let extension = open_with(&path, &clock);
-    let s = spec("c1", "pay", "{}");
-    let Begin::Execute(t1) = app.begin(&op("o"), 0, &s).unwrap() else {
-        panic!()
-    };
-    app.suspend().unwrap();
+    let SuspendedApp {
+        app,
+        extension,
+        s,
+        dir: _dir,
+        path,
+        clock,
+        ticket: t1,
+    } = suspended_app();
     // The owner runs in a process the extension cannot match (its id now
     // another process's, or another pid namespace): past the lease, the
     // lease alone decides, and the extension takes the call over.
